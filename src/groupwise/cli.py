@@ -1,0 +1,39 @@
+"""The `groupwise` command: a thin dispatcher over the subcommands.
+
+Each subcommand lives beside the code it drives and exposes `add_arguments(parser)` and
+`run(args) -> int`; they are imported only when chosen, so `groupwise --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("groupwise.train.command", "train a policy with GRPO / AMIR-GRPO / LENS / GSPO"),
+    "eval": ("groupwise.evaluate", "sample n completions per problem and report pass@k"),
+    "analyze": ("groupwise.analysis.command", "the AMIR-GRPO paper's diagnostics as figures"),
+    "report": ("groupwise.report", "one page of training curves and eval tables for runs"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="groupwise", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
+        parser.parse_args(argv or ["--help"])
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    sub_parser = argparse.ArgumentParser(prog=f"groupwise {argv[0]}")
+    module.add_arguments(sub_parser)
+    args = sub_parser.parse_args(argv[1:])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
