@@ -1,0 +1,1 @@
+"""Synthetic verifiable arithmetic tasks (the learning testbed); filled in by its own change."""
