@@ -1,0 +1,171 @@
+"""Evaluation metrics: unbiased pass@k with bootstrap intervals, conditional perplexity.
+
+REFERENCE.md section 4 (pass@k, Chen et al. 2021) and section 2, "Analyses" (perplexity).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from groupwise.algorithms.logprobs import sequence_mean_logp
+
+# Bootstrap resamples are drawn in blocks of at most this many problem indices, to bound memory.
+_BOOTSTRAP_BLOCK = 1 << 22
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _as_int_array(values: Any, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(array == np.floor(array)):
+        array = array.astype(np.int64)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"{name} must hold integers, got {values!r}")
+    return array.astype(np.int64)
+
+
+def _pass_at_k_scalar(n: int, c: int, k: int) -> float:
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def pass_at_k(n: Any, c: Any, k: Any) -> float | np.ndarray:
+    """Unbiased pass@k = 1 - C(n-c, k) / C(n, k) (REFERENCE.md section 4).
+
+    Computed in the stable product form 1 - prod_{i=n-c+1}^{n} (1 - k/i), in float64: a
+    relative error of order c * 1e-16, so exact to ~1e-13 for n up to thousands.
+
+    Args:
+        n: samples per problem (>= 1); scalar or array.
+        c: correct samples among them (0 <= c <= n); scalar or array.
+        k: 1 <= k <= n; scalar or array. n, c and k broadcast like numpy arrays.
+
+    Returns:
+        probability in [0, 1] that at least one of k samples drawn without replacement is
+        correct: a float for scalar inputs, else a float64 array of the broadcast shape.
+    """
+    n_arr, c_arr, k_arr = np.broadcast_arrays(
+        _as_int_array(n, "n"), _as_int_array(c, "c"), _as_int_array(k, "k")
+    )
+    if np.any(n_arr < 1):
+        raise ValueError(f"pass_at_k needs n >= 1, got n={n!r}")
+    if np.any(c_arr < 0) or np.any(c_arr > n_arr):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n, got c={c!r}, n={n!r}")
+    if np.any(k_arr < 1) or np.any(k_arr > n_arr):
+        raise ValueError(f"pass_at_k needs 1 <= k <= n, got k={k!r}, n={n!r}")
+    shape = n_arr.shape
+    triples = np.stack([n_arr.ravel(), c_arr.ravel(), k_arr.ravel()])
+    # Many problems share (n, c, k): compute each distinct triple once.
+    unique, inverse = np.unique(triples, axis=1, return_inverse=True)
+    values = np.array([_pass_at_k_scalar(*map(int, col)) for col in unique.T], dtype=np.float64)
+    result = values[inverse.reshape(-1)].reshape(shape)
+    return float(result) if result.ndim == 0 else result
+
+
+def _benchmark_table(
+    counts: Sequence[int],
+    n: int,
+    ks: Sequence[int],
+    confidence: float,
+    bootstrap: int,
+    seed: int,
+    name: str,
+) -> dict[str, Any]:
+    correct = _as_int_array(list(counts), f"correct counts of {name}")
+    if correct.ndim != 1 or correct.size == 0:
+        raise ValueError(f"correct counts of {name} must be a non-empty list of integers")
+    if np.any(correct < 0) or np.any(correct > n):
+        raise ValueError(f"correct counts of {name} must lie in [0, n={n}]")
+    per_problem = np.stack([pass_at_k(n, correct, k) for k in ks])  # [K, N]
+    problems = correct.size
+    rng = np.random.default_rng(seed)
+    rows_per_block = max(1, _BOOTSTRAP_BLOCK // problems)
+    resampled = []
+    for start in range(0, bootstrap, rows_per_block):
+        rows = min(rows_per_block, bootstrap - start)
+        index = rng.integers(0, problems, size=(rows, problems))
+        resampled.append(per_problem[:, index].mean(axis=-1))  # [K, rows]
+    means = np.concatenate(resampled, axis=1)
+    tail = (1.0 - confidence) / 2.0
+    table: dict[str, Any] = {"n": n, "problems": problems}
+    for row, k in enumerate(ks):
+        low, high = np.quantile(means[row], [tail, 1.0 - tail])
+        table[f"pass@{k}"] = float(per_problem[row].mean())
+        table[f"pass@{k}_ci"] = [float(low), float(high)]
+    return table
+
+
+def pass_at_k_table(
+    correct_counts: Mapping[str, Sequence[int]] | Sequence[int],
+    n: int,
+    ks: Sequence[int],
+    confidence: float = 0.95,
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Mean pass@k over problems with a percentile bootstrap interval (REFERENCE.md section 4).
+
+    For each benchmark and each k: the mean over problems of pass_at_k(n, c, k), and the
+    (1-confidence)/2 and 1-(1-confidence)/2 quantiles of that mean over `bootstrap`
+    resamplings of the problems with replacement. Every benchmark draws from its own
+    numpy Generator seeded with `seed`, so its numbers do not depend on the other benchmarks
+    and repeat exactly; all ks share the same resamples.
+
+    Args:
+        correct_counts: {benchmark: [c per problem]}, or one benchmark's [c per problem].
+        n: samples per problem (the same for every problem).
+        ks: values of k, each 1 <= k <= n.
+        confidence: interval coverage in (0, 1).
+        bootstrap: number of resamples, >= 1.
+        seed: seed of the resampling.
+
+    Returns:
+        For a mapping: {benchmark: {"n": n, "problems": N, "pass@k": mean,
+        "pass@k_ci": [low, high], ...}} (plain Python numbers, fractions in [0, 1], keys in
+        the order of ks). For a plain sequence: the inner dict of that one benchmark.
+    """
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    n = int(n)
+    ks = list(ks)
+    if not ks or any(not _is_int(k) or not 1 <= k <= n for k in ks):
+        raise ValueError(f"ks must be a non-empty list of ints in [1, n={n}], got {ks!r}")
+    ks = [int(k) for k in ks]
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+    if not _is_int(bootstrap) or bootstrap < 1:
+        raise ValueError(f"bootstrap must be an int >= 1, got {bootstrap!r}")
+    if isinstance(correct_counts, Mapping):
+        return {
+            name: _benchmark_table(counts, n, ks, confidence, bootstrap, seed, name)
+            for name, counts in correct_counts.items()
+        }
+    return _benchmark_table(correct_counts, n, ks, confidence, bootstrap, seed, "correct_counts")
+
+
+def perplexity(token_logps: Tensor, mask: Tensor) -> Tensor:
+    """Conditional perplexity PPL(Y|x) = exp(-(1/T) sum_t log p(y_t | x, y_<t)) per completion.
+
+    REFERENCE.md section 2, "Analyses of AMIR-GRPO": T is the number of completion tokens.
+
+    Args:
+        token_logps: [B, T] token log-probs (nats) under the model that generated them.
+        mask: [B, T] bool or 0/1, True on completion tokens.
+
+    Returns:
+        [B] perplexities (>= 1 for genuine log-probs). A completion with no tokens has no
+        perplexity: NaN (drop it before plotting or averaging).
+    """
+    mean_logp = sequence_mean_logp(token_logps, mask)
+    empty = mask.sum(dim=-1) == 0
+    return torch.where(empty, torch.full_like(mean_logp, math.nan), torch.exp(-mean_logp))
