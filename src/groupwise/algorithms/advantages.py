@@ -146,11 +146,13 @@ def lens_rewards(correct: Tensor, mean_logp: Tensor, group_size: int) -> Tensor:
         )
     # log(2 max_j pbar_j)
     log_d = logp.max(dim=1, keepdim=True).values + math.log(2.0)
-    # log D_imp = log G - log sum_{correct} exp(-logp); -inf for negative groups, where the
-    # max then picks 2 max pbar exactly as the negative-group rule says.
-    neg_logp_correct = torch.where(is_right, -logp, torch.full_like(logp, -math.inf))
+    # log D_imp = log G - log sum_{correct} exp(-logp), only where the group has a correct
+    # completion (D_imp would be +inf in a negative group, whose D is 2 max pbar alone).
+    minus_inf = torch.full_like(logp, -math.inf)
+    neg_logp_correct = torch.where(is_right, -logp, minus_inf)
     log_d_imp = math.log(group_size) - torch.logsumexp(neg_logp_correct, dim=1, keepdim=True)
-    log_d = torch.maximum(log_d, log_d_imp)
+    has_correct = is_right.any(dim=1, keepdim=True)
+    log_d = torch.where(has_correct, torch.maximum(log_d, log_d_imp), log_d)
     u = torch.exp(logp - log_d)
     penalty = u / (1.0 - u)
     calibrated = torch.where(is_right, torch.ones_like(logp), -penalty / group_size)
