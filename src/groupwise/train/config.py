@@ -1,0 +1,358 @@
+"""Training configuration: YAML -> typed dataclasses, `a.b=value` overrides, strict validation.
+
+Every option is declared here with its default and where it comes from (paper, official code,
+or ours; see REFERENCE.md). Unknown keys and bad values are errors that name the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration file or override that cannot be used; the message names the key."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2-135m-instruct"
+    """Hub id, local folder, or alias (smollm2-135m-instruct, tiny-random, arith-base)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype. bfloat16 halves memory and is faster on CPUs with avx512_bf16."""
+    device: str = "auto"
+    """"auto" = cuda when available, else cpu."""
+    lora: bool = True
+    """LoRA adapters (paper: r=16, alpha=16 on all linear layers); false = full fine-tuning."""
+    lora_r: int = 16
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"
+    gradient_checkpointing: bool = False
+    seed: int = 0
+    """Initialisation seed for randomly initialised aliases (tiny-random)."""
+
+
+@dataclass
+class DataConfig:
+    benchmark: str = "gsm8k"
+    """Registered benchmark name (groupwise.data.benchmark_names())."""
+    split: str = "train"
+    data_dir: str | None = None
+    """Folder laid out like ../shared/data; default env GROUPWISE_DATA, else the hub."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Extra loader options, e.g. {level: mid, size: 2000} for the synthetic `arith` task."""
+    prompt: str = "amir"
+    """Prompt template: amir | boxed | gsm8k | plain."""
+    limit: int | None = None
+    """Use only the first N problems (after loading, before shuffling)."""
+    shuffle: bool = True
+    """Visit problems in a seeded random order, reshuffled every epoch."""
+
+
+@dataclass
+class RolloutConfig:
+    group_size: int = 8
+    """G: completions sampled per question (AMIR-GRPO paper 8, LENS paper 16)."""
+    questions_per_step: int = 1
+    """Questions per training step; the batch holds questions_per_step x group_size completions."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    batch_size: int = 64
+    """Completions generated per call of the engine."""
+
+
+@dataclass
+class RewardConfig:
+    weights: dict[str, float] = field(
+        default_factory=lambda: {
+            "correctness": 1.0,
+            "format": 1.0,
+            "integer": 1.0,
+            "tag_count": 1.0,
+            "calibration": 1.0,
+        }
+    )
+    """Component name -> weight; the AMIR-GRPO official code sums these five with weight 1."""
+    correctness_component: str = "correctness"
+    """The component that LENS calibrates when combined with AMIR-GRPO (REFERENCE.md 3)."""
+    workers: int = 2
+    """Processes for answer checking (math-verify under a hard timeout)."""
+    timeout: float = 5.0
+    """Seconds per answer check before it counts as a timeout."""
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: Literal["grpo", "lens"] = "grpo"
+    """grpo: group-normalised rewards (REFERENCE.md 1); lens: calibrated negatives (3)."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Std used by GRPO advantages: group (paper), batch, none (Dr.GRPO)."""
+    advantage_eps: float = 1e-4
+    loss_level: Literal["token", "sequence"] = "token"
+    """token: per-token ratios (GRPO); sequence: one length-normalised ratio (GSPO)."""
+    aggregation: Literal["grpo", "dapo", "dr_grpo"] = "grpo"
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    kl_coef: float = 0.0
+    """gamma, weight of the k3 KL to the reference policy; 0 in both papers' code."""
+    num_iterations: int = 1
+    """Optimizer updates per rollout batch (1 = on-policy, ratio 1)."""
+    # LENS (REFERENCE.md 3)
+    lens_alpha: float = 0.25
+    lens_mode: Literal["full", "mixed_only", "negative_only"] = "full"
+    # AMIR-GRPO (REFERENCE.md 2)
+    amir: bool = False
+    """Add the implicit-preference term lambda_reg * L_pref."""
+    beta_dpo: float = 0.5
+    margin: float = 2.0
+    """delta_r: a pair (i, j) needs r_i - r_j > margin (strict)."""
+    pair_mode: Literal["all", "topk"] = "all"
+    max_pairs_per_group: int | None = None
+    ref_free: bool = True
+    """l_ref = 0 (official code's effective default); false = adapter-disabled reference."""
+    lambda_init: float = 0.01
+    lambda_low: float = 0.30
+    lambda_high: float = 0.70
+    lambda_up: float = 1.25
+    lambda_down: float = 0.8
+    lambda_min: float = 0.005
+    lambda_max: float = 0.05
+    lambda_measure: Literal["loss", "grad", "fixed"] = "loss"
+    """loss: official rule on loss values; grad: ratio of gradient norms; fixed: no adaptation."""
+    lambda_every: int = 1
+    """With lambda_measure=grad: measure the gradient-norm ratio every N steps."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 5e-6
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    max_grad_norm: float = 0.1
+    warmup_ratio: float = 0.1
+    schedule: Literal["cosine", "constant", "linear"] = "cosine"
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 1000
+    micro_batch_size: int = 8
+    """Completions per forward/backward; rounded to whole groups (at least one group)."""
+    seed: int = 0
+    output_dir: str = "runs/default"
+    save_every: int = 100
+    """Checkpoint every N steps (and always at the end)."""
+    keep_checkpoints: int = 2
+    tensorboard: bool = False
+    export_merged: bool = False
+    """Also write RUN/final/merged, a full model folder loadable by plain transformers."""
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> Config:
+        """Cross-field checks that types alone cannot express."""
+        positive = {
+            "rollout.group_size": self.rollout.group_size,
+            "rollout.questions_per_step": self.rollout.questions_per_step,
+            "rollout.max_new_tokens": self.rollout.max_new_tokens,
+            "rollout.batch_size": self.rollout.batch_size,
+            "train.max_steps": self.train.max_steps,
+            "train.micro_batch_size": self.train.micro_batch_size,
+            "train.save_every": self.train.save_every,
+            "algorithm.num_iterations": self.algorithm.num_iterations,
+            "algorithm.lambda_every": self.algorithm.lambda_every,
+        }
+        for key, value in positive.items():
+            if value < 1:
+                raise ConfigError(f"{key} must be >= 1, got {value}")
+        if self.rollout.group_size < 2:
+            raise ConfigError("rollout.group_size must be >= 2: a group of one has no baseline")
+        if not 0.0 < self.rollout.top_p <= 1.0:
+            raise ConfigError(f"rollout.top_p must be in (0, 1], got {self.rollout.top_p}")
+        if self.rollout.temperature < 0:
+            raise ConfigError(f"rollout.temperature must be >= 0, got {self.rollout.temperature}")
+        if self.optim.lr <= 0:
+            raise ConfigError(f"optim.lr must be > 0, got {self.optim.lr}")
+        if not 0.0 <= self.optim.warmup_ratio < 1.0:
+            raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {self.optim.warmup_ratio}")
+        if self.algorithm.amir and self.algorithm.margin < 0:
+            raise ConfigError(f"algorithm.margin must be >= 0, got {self.algorithm.margin}")
+        if self.algorithm.kl_coef < 0:
+            raise ConfigError(f"algorithm.kl_coef must be >= 0, got {self.algorithm.kl_coef}")
+        needs_reference = self.algorithm.kl_coef > 0 or (
+            self.algorithm.amir and not self.algorithm.ref_free
+        )
+        if needs_reference and not self.model.lora:
+            raise ConfigError(
+                "a reference policy (algorithm.kl_coef > 0 or algorithm.ref_free=false) needs "
+                "model.lora=true: the reference is the same model with the adapter disabled"
+            )
+        if not self.reward.weights:
+            raise ConfigError("reward.weights is empty: name at least one reward component")
+        if self.algorithm.advantage == "lens":
+            if self.reward.correctness_component not in self.reward.weights:
+                raise ConfigError(
+                    f"algorithm.advantage=lens calibrates reward component "
+                    f"'{self.reward.correctness_component}' (reward.correctness_component), "
+                    f"which is not in reward.weights {sorted(self.reward.weights)}"
+                )
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading: dict -> dataclasses with type checks
+
+
+def _type_name(tp: Any) -> str:
+    if get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Checks (and gently converts: int -> float) `value` against type `tp`."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        choices = get_args(tp)
+        if value not in choices:
+            valid = ", ".join(str(c) for c in choices)
+            raise ConfigError(f"{key}: invalid value {value!r}; valid choices: {valid}")
+        return value
+    if origin in (Union, types.UnionType):
+        members = get_args(tp)
+        if value is None and type(None) in members:
+            return None
+        errors = []
+        for member in members:
+            if member is type(None):
+                continue
+            try:
+                return _coerce(value, member, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} fits none of {tp}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        key_tp, value_tp = get_args(tp)
+        return {
+            _coerce(k, key_tp, f"{key}.{k}"): _coerce(v, value_tp, f"{key}.{k}")
+            for k, v in value.items()
+        }
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 reads 1e-6 (no dot) as a string; people write learning rates that way.
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported option type {_type_name(tp)}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(f"unknown key '{full}'; valid keys here: {', '.join(names)}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(tp, value or {}, f"{full}.")
+        else:
+            kwargs[key] = _coerce(value, tp, full)
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Builds and validates a Config from a nested mapping (as read from YAML)."""
+    return _build(Config, data or {}, "").validate()
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Applies one `a.b=value` override in place; value is parsed as YAML (1e-6, true, [1, 2])."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} must look like key.sub=value")
+    dotted, raw = override.split("=", 1)
+    parts = dotted.strip().split(".")
+    if any(not p for p in parts):
+        raise ConfigError(f"override {override!r}: empty key component")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {override!r}: '{part}' is not a section")
+    try:
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {override!r}: cannot parse value: {err}") from err
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Reads a YAML preset (or the defaults when path is None) and applies overrides.
+
+    Errors name the file and the offending key.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    for override in overrides:
+        apply_override(data, override)
+    try:
+        return config_from_dict(data)
+    except ConfigError as err:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(f"{where}{err}") from None
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))

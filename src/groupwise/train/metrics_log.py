@@ -1,0 +1,67 @@
+"""Where a run's numbers go: metrics.jsonl (one JSON object per step) and TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    """Appends one JSON line per step to RUN/metrics.jsonl; optionally mirrors to TensorBoard.
+
+    On resume, lines for steps after the checkpoint are dropped first, so a resumed run's log
+    reads exactly like an uninterrupted one.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool = False, resume_step: int | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            self.path.write_text("")
+        else:
+            self._truncate_after(resume_step)
+        self._writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise RuntimeError(
+                    "train.tensorboard=true needs the tensorboard package: "
+                    "pip install 'groupwise[tensorboard]'"
+                ) from err
+            self._writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+
+    def _truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            self.path.write_text("")
+            return
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a line cut by a crash: everything after it is gone too
+            if record.get("step", math.inf) <= step:
+                kept.append(line)
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._writer is not None:
+            step = int(record["step"])
+            for key, value in record.items():
+                if key != "step" and isinstance(value, int | float) and math.isfinite(value):
+                    self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
