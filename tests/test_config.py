@@ -15,7 +15,12 @@ PRESETS = sorted(CONFIGS.glob("*.yaml"))
 def test_presets_exist() -> None:
     names = {p.stem for p in PRESETS}
     assert {
-        "grpo_gsm8k", "amir_grpo_gsm8k", "lens_math", "gspo_gsm8k", "amir_lens_gsm8k", "quickstart"
+        "grpo_gsm8k",
+        "amir_grpo_gsm8k",
+        "lens_math",
+        "gspo_gsm8k",
+        "amir_lens_gsm8k",
+        "quickstart",
     } <= names
 
 
@@ -27,7 +32,12 @@ def test_every_preset_loads(preset: Path) -> None:
 
 def test_paper_settings_of_amir_preset() -> None:
     c = load_config(CONFIGS / "amir_grpo_gsm8k.yaml")
-    assert (c.rollout.group_size, c.optim.lr, c.model.lora_r, c.model.lora_alpha) == (8, 5e-6, 16, 16)
+    assert (c.rollout.group_size, c.optim.lr, c.model.lora_r, c.model.lora_alpha) == (
+        8,
+        5e-6,
+        16,
+        16,
+    )
     assert (c.algorithm.amir, c.algorithm.beta_dpo, c.algorithm.margin) == (True, 0.5, 2.0)
     assert c.train.max_steps == 1000 and c.data.prompt == "amir"
     assert (c.optim.weight_decay, c.optim.beta2, c.optim.max_grad_norm) == (0.1, 0.99, 0.1)
@@ -50,8 +60,14 @@ def test_gspo_preset_uses_tight_clip() -> None:
 def test_overrides_parse_values_as_yaml() -> None:
     c = load_config(
         CONFIGS / "quickstart.yaml",
-        ["model.name=tiny-random", "train.max_steps=2", "optim.lr=1e-3", "algorithm.amir=false",
-         "data.options={level: easy}", "algorithm.max_pairs_per_group=3"],
+        [
+            "model.name=tiny-random",
+            "train.max_steps=2",
+            "optim.lr=1e-3",
+            "algorithm.amir=false",
+            "data.options={level: easy}",
+            "algorithm.max_pairs_per_group=3",
+        ],
     )
     assert c.model.name == "tiny-random" and c.train.max_steps == 2
     assert c.optim.lr == pytest.approx(1e-3) and c.algorithm.amir is False

@@ -40,7 +40,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, state: dict[str, Any],
+    run_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    state: dict[str, Any],
     keep: int = 2,
 ) -> Path:
     """Writes RUN/checkpoints/step-{step} atomically; keeps the newest `keep` checkpoints.
@@ -109,4 +113,6 @@ def load_weights_into(model: torch.nn.Module, checkpoint: Path) -> None:
         state.update(load_file(str(shard)))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [m for m in missing if "lm_head" not in m]:
-        raise RuntimeError(f"{weights}: weights do not fit the model: {missing[:3]} {unexpected[:3]}")
+        raise RuntimeError(
+            f"{weights}: weights do not fit the model: {missing[:3]} {unexpected[:3]}"
+        )

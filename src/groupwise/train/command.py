@@ -13,11 +13,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Train a policy with GRPO, AMIR-GRPO, LENS or GSPO."
     parser.add_argument("--config", help="YAML preset (see configs/); defaults apply without it")
     parser.add_argument(
-        "overrides", nargs="*", metavar="key.sub=value",
+        "overrides",
+        nargs="*",
+        metavar="key.sub=value",
         help="override any option, e.g. model.name=tiny-random train.max_steps=2",
     )
     parser.add_argument(
-        "--resume", action="store_true",
+        "--resume",
+        action="store_true",
         help="continue from the newest checkpoint in train.output_dir",
     )
     parser.add_argument(

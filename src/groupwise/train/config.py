@@ -153,6 +153,8 @@ class TrainConfig:
     """Checkpoint every N steps (and always at the end)."""
     keep_checkpoints: int = 2
     tensorboard: bool = False
+    log_rollouts: bool = True
+    """Write RUN/rollouts.jsonl: each step's prompts, completions, rewards, advantages, pairs."""
     export_merged: bool = False
     """Also write RUN/final/merged, a full model folder loadable by plain transformers."""
     progress: bool = True
@@ -193,7 +195,9 @@ class Config:
         if self.optim.lr <= 0:
             raise ConfigError(f"optim.lr must be > 0, got {self.optim.lr}")
         if not 0.0 <= self.optim.warmup_ratio < 1.0:
-            raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {self.optim.warmup_ratio}")
+            raise ConfigError(
+                f"optim.warmup_ratio must be in [0, 1), got {self.optim.warmup_ratio}"
+            )
         if self.algorithm.amir and self.algorithm.margin < 0:
             raise ConfigError(f"algorithm.margin must be >= 0, got {self.algorithm.margin}")
         if self.algorithm.kl_coef < 0:
@@ -208,13 +212,13 @@ class Config:
             )
         if not self.reward.weights:
             raise ConfigError("reward.weights is empty: name at least one reward component")
-        if self.algorithm.advantage == "lens":
-            if self.reward.correctness_component not in self.reward.weights:
-                raise ConfigError(
-                    f"algorithm.advantage=lens calibrates reward component "
-                    f"'{self.reward.correctness_component}' (reward.correctness_component), "
-                    f"which is not in reward.weights {sorted(self.reward.weights)}"
-                )
+        lens = self.algorithm.advantage == "lens"
+        if lens and self.reward.correctness_component not in self.reward.weights:
+            raise ConfigError(
+                f"algorithm.advantage=lens calibrates reward component "
+                f"'{self.reward.correctness_component}' (reward.correctness_component), "
+                f"which is not in reward.weights {sorted(self.reward.weights)}"
+            )
         return self
 
 

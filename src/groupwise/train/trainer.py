@@ -59,7 +59,7 @@ from groupwise.train.checkpoint import (
     set_rng_state,
 )
 from groupwise.train.config import Config, save_config
-from groupwise.train.metrics_log import MetricsLog
+from groupwise.train.metrics_log import JsonlLog, MetricsLog
 from groupwise.train.sampler import ProblemSampler
 
 
@@ -112,7 +112,9 @@ class Trainer:
         model.eval()
         self.model = model
         self.device = torch.device(device)
-        self.generator = TransformersGenerator(model, self.tokenizer, batch_size=cfg.rollout.batch_size)
+        self.generator = TransformersGenerator(
+            model, self.tokenizer, batch_size=cfg.rollout.batch_size
+        )
         self.rewards = RewardSuite(
             cfg.reward.weights, workers=cfg.reward.workers, timeout=cfg.reward.timeout
         )
@@ -134,7 +136,9 @@ class Trainer:
             weight_decay=cfg.optim.weight_decay,
         )
         updates = cfg.train.max_steps * cfg.algorithm.num_iterations
-        self.scheduler = _schedule(self.optimizer, cfg.optim.schedule, cfg.optim.warmup_ratio, updates)
+        self.scheduler = _schedule(
+            self.optimizer, cfg.optim.schedule, cfg.optim.warmup_ratio, updates
+        )
         algo = cfg.algorithm
         self.lambda_reg = AdaptiveLambda(
             init=algo.lambda_init,
@@ -148,8 +152,14 @@ class Trainer:
         self.needs_reference = algo.kl_coef > 0 or (algo.amir and not algo.ref_free)
         self.step = 0
         resumed = self._resume() if resume else False
+        resume_step = self.step if resumed else None
         self.log = MetricsLog(
-            self.run_dir, tensorboard=cfg.train.tensorboard, resume_step=self.step if resumed else None
+            self.run_dir, tensorboard=cfg.train.tensorboard, resume_step=resume_step
+        )
+        self.rollout_log = (
+            JsonlLog(self.run_dir / "rollouts.jsonl", resume_step)
+            if cfg.train.log_rollouts
+            else None
         )
         save_config(cfg, self.run_dir / "config.yaml")
         self._stop_requested = False
@@ -165,14 +175,20 @@ class Trainer:
         """
         cfg = self.config
         bar = tqdm(
-            total=cfg.train.max_steps, initial=self.step, disable=not cfg.train.progress,
-            desc="train", unit="step", dynamic_ncols=True,
+            total=cfg.train.max_steps,
+            initial=self.step,
+            disable=not cfg.train.progress,
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
         )
         with self._graceful_stop():
             while self.step < cfg.train.max_steps and not self._stop_requested:
-                record = self.train_step()
+                record, samples = self.train_step()
                 self.step += 1
                 self.log.write(record)
+                if self.rollout_log is not None:
+                    self.rollout_log.write(samples)
                 bar.update(1)
                 bar.set_postfix(
                     reward=f"{record['reward_mean']:.3f}",
@@ -187,10 +203,15 @@ class Trainer:
                 bar.write(f"stopped at step {self.step}; resume with --resume")
         bar.close()
         self.log.close()
+        if self.rollout_log is not None:
+            self.rollout_log.close()
         return self.export() if self.step >= cfg.train.max_steps else self.run_dir
 
-    def train_step(self) -> dict[str, Any]:
-        """One step: rollout -> score -> advantages -> loss -> update. Returns its metrics."""
+    def train_step(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One step: rollout -> score -> advantages -> loss -> update.
+
+        Returns (metrics, samples): the step's metrics.jsonl line and its rollouts.jsonl line.
+        """
         cfg = self.config
         t_start = time.perf_counter()
 
@@ -209,11 +230,22 @@ class Trainer:
         scores = self.rewards.score(rollouts.texts, golds)
         t_scored = time.perf_counter()
 
-        update = self._optimize(rollouts, scores)
+        update, signals = self._optimize(rollouts, scores)
         t_trained = time.perf_counter()
 
         tokens = int(rollouts.completion_mask.sum())
-        return {
+        samples = {
+            "step": self.step + 1,
+            "problem_ids": [p.id for p in problems],
+            "completions": rollouts.texts,
+            "golds": golds,
+            "correct": scores.correct.tolist(),
+            "reward_columns": {k: v.tolist() for k, v in scores.columns.items()},
+            "rewards": signals.rewards.tolist(),
+            "advantages": signals.advantages.tolist(),
+            "pairs": [signals.chosen.tolist(), signals.rejected.tolist()],
+        }
+        metrics = {
             "step": self.step + 1,
             "epoch": self.sampler.epoch(self.step + 1),
             **_reward_metrics(scores, cfg.rollout.group_size),
@@ -227,6 +259,7 @@ class Trainer:
             "seconds_step": t_trained - t_start,
             "tokens_per_second": tokens / max(t_trained - t_start, 1e-9),
         }
+        return metrics, samples
 
     # -----------------------------------------------------------------------------------------
     # Advantages and pairs
@@ -254,8 +287,13 @@ class Trainer:
             calibrated = total + weight * (correct_value(component) * rt - column)
             calibrated = torch.where(correct, total, calibrated)
             advantages = lens_advantages_from_rewards(
-                calibrated, total, correct, group_size,
-                alpha=algo.lens_alpha, mode=algo.lens_mode, eps=algo.advantage_eps,
+                calibrated,
+                total,
+                correct,
+                group_size,
+                alpha=algo.lens_alpha,
+                mode=algo.lens_mode,
+                eps=algo.advantage_eps,
             )
             total = calibrated
         else:
@@ -264,7 +302,10 @@ class Trainer:
             )
         if algo.amir:
             chosen, rejected = mine_pairs(
-                total, group_size, algo.margin, mode=algo.pair_mode,
+                total,
+                group_size,
+                algo.margin,
+                mode=algo.pair_mode,
                 max_pairs_per_group=algo.max_pairs_per_group,
             )
         else:
@@ -279,8 +320,11 @@ class Trainer:
         per = max(group_size, self.config.train.micro_batch_size // group_size * group_size)
         return [slice(s, min(s + per, batch_size)) for s in range(0, batch_size, per)]
 
-    def _optimize(self, rollouts: Rollouts, scores: Scores) -> dict[str, Any]:
-        """num_iterations optimizer updates on one rollout batch; returns loss metrics."""
+    def _optimize(self, rollouts: Rollouts, scores: Scores) -> tuple[dict[str, Any], GroupSignals]:
+        """num_iterations optimizer updates on one rollout batch.
+
+        Returns the loss metrics and the batch's signals (advantages, rewards used, pairs).
+        """
         cfg = self.config
         algo = cfg.algorithm
         batch_size = len(rollouts.texts)
@@ -291,7 +335,9 @@ class Trainer:
 
         # Signals that need no log-probs are computed once for the whole batch; LENS needs the
         # rollout policy's confidences, which the first forward pass of each micro-batch gives.
-        upfront = None if algo.advantage == "lens" else self.group_signals(scores, slice(None), None)
+        upfront = (
+            None if algo.advantage == "lens" else self.group_signals(scores, slice(None), None)
+        )
         pairs_total = int(upfront.chosen.numel()) if upfront is not None else None
         signals: list[GroupSignals | None] = [None] * len(micro)
         old_logps: list[torch.Tensor | None] = [None] * len(micro)
@@ -331,9 +377,15 @@ class Trainer:
                 old = None if iteration == 0 else old_logps[k]
 
                 pg, clip = policy_loss(
-                    logp, old, sig.advantages.to(logp.device), mask,
-                    eps_low=algo.eps_low, eps_high=algo.eps_high, level=algo.loss_level,
-                    aggregation=algo.aggregation, max_completion_length=max_len,
+                    logp,
+                    old,
+                    sig.advantages.to(logp.device),
+                    mask,
+                    eps_low=algo.eps_low,
+                    eps_high=algo.eps_high,
+                    level=algo.loss_level,
+                    aggregation=algo.aggregation,
+                    max_completion_length=max_len,
                 )
                 grpo = pg
                 kl = None
@@ -344,7 +396,11 @@ class Trainer:
                     grpo = pg + algo.kl_coef * kl
                 # Share of this micro-batch in the batch-level mean of each aggregation.
                 rows_n = mask.shape[0]
-                share = int(mask.sum()) / tokens_total if algo.aggregation == "dapo" else rows_n / batch_size
+                share = (
+                    int(mask.sum()) / tokens_total
+                    if algo.aggregation == "dapo"
+                    else rows_n / batch_size
+                )
                 loss = share * grpo
 
                 pref = None
@@ -352,14 +408,19 @@ class Trainer:
                 if algo.amir and n_pairs > 0:
                     ref_mean = None if algo.ref_free else sequence_mean_logp(ref_logp, mask)
                     pref = preference_loss(
-                        mean_logp, ref_mean, sig.chosen.to(logp.device),
-                        sig.rejected.to(logp.device), algo.beta_dpo,
+                        mean_logp,
+                        ref_mean,
+                        sig.chosen.to(logp.device),
+                        sig.rejected.to(logp.device),
+                        algo.beta_dpo,
                     )
                     # Pooled over all pairs of the batch. With LENS the pairs of a micro-batch
                     # exist only after its forward pass, so there they are pooled per
                     # micro-batch, as the official code does (its minibatch is the micro-batch);
                     # a micro_batch_size that holds the whole batch pools over the batch.
-                    pair_share = rows_n / batch_size if pairs_total is None else n_pairs / pairs_total
+                    pair_share = (
+                        rows_n / batch_size if pairs_total is None else n_pairs / pairs_total
+                    )
                     if algo.lambda_measure == "loss" and iteration == 0:
                         # Official rule: on each loss computation, before combining.
                         self.lambda_reg.update(float(grpo.detach()), float(pref.detach()))
@@ -412,7 +473,7 @@ class Trainer:
         }
         for name in ("clip_fraction_low", "clip_fraction_high", "clip_fraction", "ratio_mean"):
             metrics[name] = sums.get(name, 0.0) / algo.num_iterations
-        return metrics
+        return metrics, all_signals
 
     def _apply_grad_measured_lambda(self, pref_grads: list[torch.Tensor]) -> None:
         """lambda_measure=grad: ratio = ||lambda grad L_pref|| / ||grad L_GRPO||, then combine.
@@ -421,7 +482,9 @@ class Trainer:
         gradient was kept apart, so the ratio is measured before lambda is applied (REFERENCE.md
         2, "a better-founded measure").
         """
-        pg_norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in self.params if p.grad is not None))
+        pg_norm = torch.sqrt(
+            sum((p.grad.float() ** 2).sum() for p in self.params if p.grad is not None)
+        )
         pref_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in pref_grads))
         if float(pref_norm) > 0:
             ratio = self.lambda_reg.value * float(pref_norm) / max(1e-12, float(pg_norm))
@@ -446,7 +509,11 @@ class Trainer:
 
     def save(self) -> Path:
         return save_checkpoint(
-            self.run_dir, self.step, self.model, self.tokenizer, self._state(),
+            self.run_dir,
+            self.step,
+            self.model,
+            self.tokenizer,
+            self._state(),
             keep=self.config.train.keep_checkpoints,
         )
 
@@ -555,4 +622,3 @@ def _concat_signals(parts: list[GroupSignals]) -> GroupSignals:
 
 def _accumulate(sums: dict[str, float], key: str, value: float) -> None:
     sums[key] = sums.get(key, 0.0) + value
-
