@@ -144,16 +144,22 @@ def lens_rewards(correct: Tensor, mean_logp: Tensor, group_size: int) -> Tensor:
             f"mean_logp has shape {tuple(mean_logp.shape)}, correct {tuple(correct.shape)}: "
             "they must match"
         )
-    # log(2 max_j pbar_j)
-    log_d = logp.max(dim=1, keepdim=True).values + math.log(2.0)
-    # log D_imp = log G - log sum_{correct} exp(-logp), only where the group has a correct
-    # completion (D_imp would be +inf in a negative group, whose D is 2 max pbar alone).
-    minus_inf = torch.full_like(logp, -math.inf)
-    neg_logp_correct = torch.where(is_right, -logp, minus_inf)
-    log_d_imp = math.log(group_size) - torch.logsumexp(neg_logp_correct, dim=1, keepdim=True)
+    # Work relative to the group's top confidence, so that the top completion's u is exactly
+    # 1/2 even when |mean_logp| is large (float32 loses digits in logp - log D otherwise).
+    relative = logp - logp.max(dim=1, keepdim=True).values
+    # log(D_imp / max pbar) = log G - log sum_{correct} exp(-relative), in groups with a correct
+    # completion only (D_imp would be +inf in a negative group, whose D is 2 max pbar alone).
+    minus_inf = torch.full_like(relative, -math.inf)
+    log_d_imp = math.log(group_size) - torch.logsumexp(
+        torch.where(is_right, -relative, minus_inf), dim=1, keepdim=True
+    )
     has_correct = is_right.any(dim=1, keepdim=True)
-    log_d = torch.where(has_correct, torch.maximum(log_d, log_d_imp), log_d)
-    u = torch.exp(logp - log_d)
+    log_two = math.log(2.0)
+    # log(D / max pbar) = max(log 2, log(D_imp / max pbar))
+    log_d = torch.where(
+        has_correct, log_d_imp.clamp(min=log_two), torch.full_like(log_d_imp, log_two)
+    )
+    u = torch.exp(relative - log_d)
     penalty = u / (1.0 - u)
     calibrated = torch.where(is_right, torch.ones_like(logp), -penalty / group_size)
     return calibrated.reshape(-1)
