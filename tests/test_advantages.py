@@ -151,10 +151,12 @@ def test_lens_rewards_hand_computed():
     #   rt_wrong = -(1/4) 0.1 / 3.5 = -1/140
     # group 3 (all correct): all 1
     expected = torch.tensor(
-        [1, -1 / 12, -1 / 28, 1]
-        + [-0.25, -0.25 / 3, -0.25 / 9, -0.25 / 19]
-        + [1, -1 / 140, -1 / 140, -1 / 140]
-        + [1, 1, 1, 1],
+        [
+            *(1, -1 / 12, -1 / 28, 1),
+            *(-0.25, -0.25 / 3, -0.25 / 9, -0.25 / 19),
+            *(1, -1 / 140, -1 / 140, -1 / 140),
+            *(1, 1, 1, 1),
+        ],
         dtype=torch.float64,
     )
     torch.testing.assert_close(rt, expected)
@@ -267,9 +269,7 @@ def test_lens_advantages_from_rewards_hand_computed():
     negative = [0.1, -0.025, 0.0, -0.075]
     torch.testing.assert_close(adv, torch.tensor(mixed + negative, dtype=torch.float64))
     # negative_only: the mixed group normalises plain (4, 0.5, 1, 0) instead
-    adv_neg_only = lens_advantages_from_rewards(
-        calibrated, plain, correct, 4, mode="negative_only"
-    )
+    adv_neg_only = lens_advantages_from_rewards(calibrated, plain, correct, 4, mode="negative_only")
     values = [4.0, 0.5, 1.0, 0.0]
     mean, std = sum(values) / 4, _pstd(values)
     torch.testing.assert_close(
