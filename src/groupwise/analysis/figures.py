@@ -1,0 +1,74 @@
+"""Shared figure helpers: the headless matplotlib backend, saving, and a numpy Gaussian KDE.
+
+Every analysis writes its figures through `save_figure`, so they all come out the same size,
+resolution and file type. Importing this module selects the Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot is imported: no display on servers
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+DPI = 130
+
+
+def new_figure(width: float = 6.4, height: float = 4.0, ncols: int = 1, nrows: int = 1,
+               **kwargs: object) -> tuple[Figure, np.ndarray]:
+    """A figure and its axes as a 2-D array [nrows, ncols] (always an array, even for one)."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, **kwargs)
+    return fig, axes
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write `fig` as PNG to `path` (parents created), close it, and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def series_colors(count: int) -> list[str]:
+    """`count` distinct colours from the default cycle (wrapping around past ten)."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return [cycle[i % len(cycle)] for i in range(count)]
+
+
+def scott_bandwidth(values: Sequence[float]) -> float:
+    """Scott's rule h = sd * n^(-1/5) (sd with ddof = 1), as scipy's gaussian_kde default.
+
+    With fewer than two distinct values the spread is unknown; 0.05 is used (a bandwidth on
+    the [0, 1] scale of relative positions and of most probabilities plotted here).
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size < 2 or float(np.std(x)) == 0.0:
+        return 0.05
+    return float(np.std(x, ddof=1) * x.size ** (-1 / 5))
+
+
+def gaussian_kde(values: Sequence[float], grid: Sequence[float],
+                 bandwidth: float | None = None) -> np.ndarray:
+    """Gaussian kernel density estimate of `values` evaluated on `grid`.
+
+    density(g) = 1/(n h) * sum_i phi((g - x_i) / h), phi the standard normal density, so the
+    estimate integrates to 1 over the real line. `bandwidth` h defaults to Scott's rule
+    (`scott_bandwidth`). Returns float64 [len(grid)]; zeros when `values` is empty.
+    """
+    x = np.asarray(values, dtype=float)
+    g = np.asarray(grid, dtype=float)
+    if x.size == 0:
+        return np.zeros_like(g)
+    h = scott_bandwidth(x) if bandwidth is None else float(bandwidth)
+    if h <= 0:
+        raise ValueError(f"KDE bandwidth must be > 0, got {h}")
+    z = (g[:, None] - x[None, :]) / h
+    return np.exp(-0.5 * z**2).sum(axis=1) / (x.size * h * np.sqrt(2 * np.pi))

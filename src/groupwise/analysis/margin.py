@@ -1,0 +1,119 @@
+"""Per-problem preference margin (REFERENCE.md, "Analyses of AMIR-GRPO"; paper Figure 4).
+
+margin(q) = mean of l(o) over the correct completions of q - mean of l(o) over its incorrect
+ones, with l(o) = (1/|o|) sum_t log pi(o_t | q, o_<t) the length-normalised log-likelihood under
+the model that generated o (the saved `mean_logp`, nats per token). Only problems with at least
+one correct and one incorrect completion have a margin; completions without a saved
+`mean_logp` (empty ones) are left out of the means. Per run: the distribution of margins and
+its summary; across runs: the ratio of each run's mean margin to the first run's (the paper's
+"2.7x GRPO" is AMIR's mean over GRPO's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from groupwise.analysis.samples import ProblemKey, Sample, load_runs, write_json
+
+
+def problem_margins(groups: Mapping[ProblemKey, Sequence[Sample]]) -> dict[ProblemKey, float]:
+    """margin(q) for each problem that has both correct and incorrect completions with a
+    `mean_logp`; other problems are absent from the result."""
+    margins: dict[ProblemKey, float] = {}
+    for key, samples in groups.items():
+        good = [s.mean_logp for s in samples if s.correct and s.mean_logp is not None]
+        bad = [s.mean_logp for s in samples if not s.correct and s.mean_logp is not None]
+        if good and bad:
+            margins[key] = float(np.mean(good) - np.mean(bad))
+    return margins
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
+    """count, mean, median, std (ddof 0), and the fraction of positive margins."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return {"problems": 0, "mean": None, "median": None, "std": None, "positive": None}
+    return {"problems": int(x.size), "mean": float(x.mean()), "median": float(np.median(x)),
+            "std": float(x.std()), "positive": float((x > 0).mean())}
+
+
+def ratio_of_means(means: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Each run's mean margin divided by the first run's (None where undefined)."""
+    names = list(means)
+    base = means[names[0]] if names else None
+    return {n: (None if base in (None, 0.0) or means[n] is None else means[n] / base)
+            for n in names}
+
+
+def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
+    """Left: KDE of each run's margins with its mean marked; right: box plots side by side."""
+    from groupwise.analysis.figures import gaussian_kde, new_figure, save_figure, series_colors
+
+    names = list(margins)
+    colors = series_colors(len(names))
+    fig, axes = new_figure(width=10, height=4, ncols=2)
+    dens, box = axes[0, 0], axes[0, 1]
+    everything = np.concatenate([np.asarray(v, float) for v in margins.values()] or [[0.0]])
+    lo, hi = float(everything.min()), float(everything.max())
+    pad = 0.1 * (hi - lo) if hi > lo else 0.05
+    grid = np.linspace(lo - pad, hi + pad, 300)
+    for name, color in zip(names, colors, strict=True):
+        values = np.asarray(margins[name], float)
+        if values.size == 0:
+            continue
+        dens.plot(grid, gaussian_kde(values, grid), color=color,
+                  label=f"{name} (mean {values.mean():.4f}, n={values.size})")
+        dens.axvline(values.mean(), color=color, linestyle="--", linewidth=1)
+    dens.axvline(0.0, color="grey", linewidth=0.8)
+    dens.set_xlabel("margin: mean l(correct) - mean l(incorrect)  [nats/token]")
+    dens.set_ylabel("density")
+    dens.legend(fontsize=8)
+    box.boxplot([np.asarray(margins[n], float) for n in names], tick_labels=names)
+    box.axhline(0.0, color="grey", linewidth=0.8)
+    box.set_ylabel("margin [nats/token]")
+    box.set_title("per-problem preference margin")
+    return save_figure(fig, path)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="NAME=EVAL_DIR",
+                        help="evaluation runs; ratios are relative to the first (e.g. grpo=... "
+                             "amir=...)")
+    parser.add_argument("--benchmark", action="append", default=None,
+                        help="restrict to this benchmark (repeatable; default: all)")
+    parser.add_argument("--output", required=True, type=Path, help="folder for figure and data")
+
+
+def run(args: argparse.Namespace) -> int:
+    runs = load_runs(args.runs, args.benchmark)
+    out: Path = args.output
+    out.mkdir(parents=True, exist_ok=True)
+    per_run: dict[str, dict[ProblemKey, float]] = {}
+    for r in runs:
+        if all(s.mean_logp is None for s in r.samples):
+            raise SystemExit(f"run {r.name!r} ({r.path}) has no saved mean_logp; "
+                             "re-run `groupwise eval` with log-probs on")
+        per_run[r.name] = problem_margins(r.by_problem())
+    summary = {n: summarize(list(m.values())) for n, m in per_run.items()}
+    ratios = ratio_of_means({n: s["mean"] for n, s in summary.items()})
+    write_json(out / "margin.json", {"runs": summary, "ratio_of_means_to_first": ratios})
+    with open(out / "margin.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["run", "benchmark", "problem_id", "margin"])
+        for name, m in per_run.items():
+            for (bench, pid), value in m.items():
+                writer.writerow([name, bench, pid, f"{value:.6f}"])
+    plot_margins({n: list(m.values()) for n, m in per_run.items()}, out / "margin.png")
+    for name, s in summary.items():
+        mean = "-" if s["mean"] is None else f"{s['mean']:.4f}"
+        med = "-" if s["median"] is None else f"{s['median']:.4f}"
+        ratio = "-" if ratios[name] is None else f"{ratios[name]:.2f}x"
+        print(f"{name:<20} problems {s['problems']:>5}  mean {mean}  median {med}  "
+              f"ratio {ratio}")
+    print(f"wrote {out / 'margin.json'}, margin.csv, margin.png")
+    return 0
