@@ -28,7 +28,7 @@ def _as_groups(values: Tensor, group_size: int, name: str) -> Tensor:
             f"{name} has {values.numel()} rows, not a positive multiple of group_size="
             f"{group_size} (the batch must hold whole groups, group-major)"
         )
-    return values.view(-1, group_size)
+    return values.reshape(-1, group_size)
 
 
 def _as_float(values: Tensor, name: str) -> Tensor:
@@ -124,8 +124,10 @@ def lens_rewards(correct: Tensor, mean_logp: Tensor, group_size: int) -> Tensor:
     probability would make D_imp ~ 0). Correct completions keep rt = 1 (so an all-correct
     group is all ones); wrong ones get rt in [-1/G, 0), more negative the more confident the
     model was. Since D >= 2 pbar_i, the penalty pbar_i / (D - pbar_i) lies in (0, 1]; it is
-    computed in log space, as u / (1 - u) with u = pbar_i / D in (0, 1/2], so that tiny
-    confidences (very negative mean_logp) neither underflow to 0/0 nor overflow.
+    computed in log space relative to the group's top confidence, as u / (1 - u) with
+    u = pbar_i / D in (0, 1/2], so that tiny confidences (very negative mean_logp) give
+    neither 0/0 nor overflow. (A mistake exp(-87) times less confident than its group's top
+    one, float32's range, gets a penalty that rounds to 0.)
 
     Args:
         correct: [B] bool (or 0/1) binary correctness, group-major.
