@@ -43,20 +43,20 @@ def series_colors(count: int) -> list[str]:
     return [cycle[i % len(cycle)] for i in range(count)]
 
 
-def scott_bandwidth(values: Sequence[float]) -> float:
+def scott_bandwidth(values: Sequence[float], fallback: float = 0.05) -> float:
     """Scott's rule h = sd * n^(-1/5) (sd with ddof = 1), as scipy's gaussian_kde default.
 
-    With fewer than two distinct values the spread is unknown; 0.05 is used (a bandwidth on
-    the [0, 1] scale of relative positions and of most probabilities plotted here).
+    With fewer than two distinct values the spread is unknown and `fallback` is returned (the
+    default 0.05 suits the [0, 1] scale of relative positions; pass one in the data's units).
     """
     x = np.asarray(values, dtype=float)
     if x.size < 2 or float(np.std(x)) == 0.0:
-        return 0.05
+        return fallback
     return float(np.std(x, ddof=1) * x.size ** (-1 / 5))
 
 
 def gaussian_kde(values: Sequence[float], grid: Sequence[float],
-                 bandwidth: float | None = None) -> np.ndarray:
+                 bandwidth: float | None = None, fallback: float = 0.05) -> np.ndarray:
     """Gaussian kernel density estimate of `values` evaluated on `grid`.
 
     density(g) = 1/(n h) * sum_i phi((g - x_i) / h), phi the standard normal density, so the
@@ -67,7 +67,7 @@ def gaussian_kde(values: Sequence[float], grid: Sequence[float],
     g = np.asarray(grid, dtype=float)
     if x.size == 0:
         return np.zeros_like(g)
-    h = scott_bandwidth(x) if bandwidth is None else float(bandwidth)
+    h = scott_bandwidth(x, fallback) if bandwidth is None else float(bandwidth)
     if h <= 0:
         raise ValueError(f"KDE bandwidth must be > 0, got {h}")
     z = (g[:, None] - x[None, :]) / h

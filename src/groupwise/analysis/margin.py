@@ -52,27 +52,38 @@ def ratio_of_means(means: Mapping[str, float | None]) -> dict[str, float | None]
 
 def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
     """Left: KDE of each run's margins with its mean marked; right: box plots side by side."""
-    from groupwise.analysis.figures import gaussian_kde, new_figure, save_figure, series_colors
+    from groupwise.analysis.figures import (
+        gaussian_kde,
+        new_figure,
+        save_figure,
+        scott_bandwidth,
+        series_colors,
+    )
 
     names = list(margins)
     colors = series_colors(len(names))
     fig, axes = new_figure(width=10, height=4, ncols=2)
     dens, box = axes[0, 0], axes[0, 1]
-    everything = np.concatenate([np.asarray(v, float) for v in margins.values()] or [[0.0]])
+    everything = np.concatenate([np.asarray(v, float) for v in margins.values()] + [[]])
+    everything = everything if everything.size else np.zeros(1)
     lo, hi = float(everything.min()), float(everything.max())
-    pad = 0.1 * (hi - lo) if hi > lo else 0.05
-    grid = np.linspace(lo - pad, hi + pad, 300)
+    # A run with a single margin has no spread: give its kernel a width on the data's scale.
+    fallback = 0.05 * max(hi - lo, float(np.abs(everything).max()), 1e-3)
+    widths = [scott_bandwidth(v, fallback) for v in margins.values() if len(v)] or [fallback]
+    pad = 3 * max(widths)
+    grid = np.linspace(lo - pad, hi + pad, 400)
     for name, color in zip(names, colors, strict=True):
         values = np.asarray(margins[name], float)
         if values.size == 0:
             continue
-        dens.plot(grid, gaussian_kde(values, grid), color=color,
+        dens.plot(grid, gaussian_kde(values, grid, fallback=fallback), color=color,
                   label=f"{name} (mean {values.mean():.4f}, n={values.size})")
         dens.axvline(values.mean(), color=color, linestyle="--", linewidth=1)
     dens.axvline(0.0, color="grey", linewidth=0.8)
     dens.set_xlabel("margin: mean l(correct) - mean l(incorrect)  [nats/token]")
     dens.set_ylabel("density")
-    dens.legend(fontsize=8)
+    if dens.get_legend_handles_labels()[0]:
+        dens.legend(fontsize=8)
     box.boxplot([np.asarray(margins[n], float) for n in names], tick_labels=names)
     box.axhline(0.0, color="grey", linewidth=0.8)
     box.set_ylabel("margin [nats/token]")

@@ -1,0 +1,33 @@
+"""`groupwise analyze {perplexity,coverage,margin,errors}`: each reads saved evaluation samples
+(`groupwise eval --output DIR`) of one or more runs, given as NAME=EVAL_DIR, and writes a
+figure (PNG) and the numbers behind it (JSON, CSV) into --output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# name -> (module, one-line help); modules are imported only when chosen
+ANALYSES: dict[str, tuple[str, str]] = {
+    "perplexity": ("groupwise.analysis.perplexity",
+                   "PPL of rollouts under their own model, jointly solvable vs unsolved (Fig. 3)"),
+    "coverage": ("groupwise.analysis.coverage",
+                 "solvable-set partition across 2-6 runs, % of the union (Table 2)"),
+    "margin": ("groupwise.analysis.margin",
+               "per-problem log-prob margin of correct over incorrect completions (Fig. 4)"),
+    "errors": ("groupwise.analysis.errors",
+               "first erroneous step and error type by a judge model (Figs. 5-6)"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
+    for name, (module_name, help_text) in ANALYSES.items():
+        module = importlib.import_module(module_name)
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+
+
+def run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(ANALYSES[args.analysis][0])
+    return int(module.run(args) or 0)
