@@ -1,0 +1,300 @@
+"""`groupwise report RUN_DIRS... --output PAGE.md|PAGE.html`: one page comparing runs.
+
+For each run (NAME=DIR or DIR): its training curves from DIR/metrics.jsonl (one JSON object per
+step; missing keys and a torn last line of a run still in progress are tolerated) and its
+evaluation tables from DIR/eval/*/results.json, DIR/results.json, or a results.json file given
+directly. Curves of all runs share one figure (one panel per metric); evaluations are compared
+in one table per k (rows: benchmarks, columns: evaluations) and a pass@1 bar chart. Figures are
+written as PNG next to the page, named after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from groupwise.analysis.samples import read_jsonl
+
+# (metrics.jsonl key, panel title); a panel is drawn when at least one run logged its key
+CURVES: tuple[tuple[str, str], ...] = (
+    ("reward_mean", "mean reward"),
+    ("accuracy", "training accuracy"),
+    ("group_all_correct", "groups all correct (fraction)"),
+    ("group_all_wrong", "groups all wrong (fraction)"),
+    ("group_mixed", "mixed groups (fraction)"),
+    ("lambda", "lambda_reg (AMIR)"),
+    ("policy_loss", "policy loss"),
+    ("preference_loss", "preference loss"),
+    ("completion_length_mean", "mean completion length (tokens)"),
+    ("kl", "KL to reference"),
+)
+
+
+@dataclass
+class RunRecord:
+    """What the page shows of one run: its metric rows and its evaluations."""
+
+    name: str
+    path: Path
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> results.json
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl rows; a row without "step" gets its 1-based line order as step."""
+    rows, _ = read_jsonl(path)
+    out = []
+    for index, (number, row) in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: expected a JSON object per line")
+        out.append({"step": index, **row})
+    return out
+
+
+def find_results(path: Path) -> dict[str, Path]:
+    """The results.json files belonging to `path`, labelled: a results.json file itself, an
+    eval folder holding one, or a run folder with eval/*/results.json."""
+    if path.is_file():
+        return {path.parent.name: path}
+    found = {}
+    if (path / "results.json").is_file():
+        found[path.name] = path / "results.json"
+    for results in sorted(path.glob("eval/*/results.json")):
+        found[results.parent.name] = results
+    return found
+
+
+def load_record(name: str, path: Path) -> RunRecord:
+    """Read what exists of run `name` at `path`; an error if there is nothing to show."""
+    if not path.exists():
+        raise FileNotFoundError(f"run {name!r}: {path} does not exist")
+    record = RunRecord(name=name, path=path)
+    metrics = path / "metrics.jsonl" if path.is_dir() else None
+    if metrics is not None and metrics.is_file():
+        record.metrics = read_metrics(metrics)
+    for label, results in find_results(path).items():
+        data = json.loads(results.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"{results}: expected a JSON object of benchmarks")
+        record.evals[label] = data
+    if not record.metrics and not record.evals:
+        raise FileNotFoundError(f"run {name!r}: no metrics.jsonl, results.json or "
+                                f"eval/*/results.json under {path}")
+    return record
+
+
+def _moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or values.size < window:
+        return values
+    kernel = np.ones(window) / window
+    # Pad with edge values so the smoothed line keeps the series' length and ends.
+    padded = np.pad(values, (window // 2, window - 1 - window // 2), mode="edge")
+    return np.convolve(padded, kernel, mode="valid")
+
+
+def plot_curves(records: Sequence[RunRecord], path: Path) -> Path | None:
+    """One panel per logged metric, one line per run (raw faint, moving average solid when a
+    run has more than 50 steps). None when no run logged any metric."""
+    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+
+    panels = [(k, t) for k, t in CURVES if any(k in row for r in records for row in r.metrics)]
+    if not panels:
+        return None
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = new_figure(width=5 * ncols, height=3.2 * nrows, ncols=ncols, nrows=nrows)
+    colors = series_colors(len(records))
+    for ax, (key, title) in zip(axes.flat, panels, strict=False):
+        for record, color in zip(records, colors, strict=True):
+            points = [(row["step"], row[key]) for row in record.metrics
+                      if isinstance(row.get(key), (int, float)) and not isinstance(row[key], bool)]
+            if not points:
+                continue
+            steps, values = (np.asarray(v, float) for v in zip(*points, strict=True))
+            if steps.size > 50:
+                ax.plot(steps, values, color=color, alpha=0.25, linewidth=0.8)
+                values = _moving_average(values, max(2, steps.size // 25))
+            ax.plot(steps, values, color=color, label=record.name)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def _benchmarks(results: Mapping[str, Any]) -> list[str]:
+    return [k for k, v in results.items() if k != "config" and isinstance(v, dict)]
+
+
+def _ks(evals: Mapping[str, Mapping[str, Any]]) -> list[int]:
+    ks = {int(key[len("pass@"):]) for results in evals.values()
+          for bench in _benchmarks(results) for key in results[bench]
+          if key.startswith("pass@") and key[len("pass@"):].isdigit()}
+    return sorted(ks)
+
+
+def _cell(entry: Mapping[str, Any] | None, k: int) -> str:
+    if not entry or f"pass@{k}" not in entry:
+        return "-"
+    text = f"{100 * entry[f'pass@{k}']:.1f}"
+    ci = entry.get(f"pass@{k}_ci")
+    if isinstance(ci, list) and len(ci) == 2:
+        text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+    return text
+
+
+def eval_tables(evals: Mapping[str, Mapping[str, Any]]) -> list[tuple[int, list[str],
+                                                                       list[list[str]]]]:
+    """One table per k: (k, header, rows), rows = benchmarks, columns = evaluations; cells are
+    pass@k in percent with the 95 % interval, '-' where an evaluation lacks it."""
+    labels = list(evals)
+    benches = list(dict.fromkeys(b for r in evals.values() for b in _benchmarks(r)))
+    tables = []
+    for k in _ks(evals):
+        rows = [[b, *(_cell(evals[label].get(b), k) for label in labels)] for b in benches]
+        tables.append((k, ["benchmark", *labels], rows))
+    return tables
+
+
+def plot_pass1(evals: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
+    """Grouped bars of pass@1 (percent, with its interval) per benchmark and evaluation."""
+    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+
+    labels = list(evals)
+    benches = list(dict.fromkeys(b for r in evals.values() for b in _benchmarks(r)))
+    if not benches:
+        return None
+    fig, axes = new_figure(width=max(6.0, 1.2 * len(benches) * max(1, len(labels)) / 2 + 2))
+    ax = axes[0, 0]
+    width = 0.8 / len(labels)
+    for i, (label, color) in enumerate(zip(labels, series_colors(len(labels)), strict=True)):
+        xs, ys, errs = [], [], [[], []]
+        for j, bench in enumerate(benches):
+            entry = evals[label].get(bench)
+            if not entry or "pass@1" not in entry:
+                continue
+            value = 100 * entry["pass@1"]
+            lo, hi = (100 * v for v in entry.get("pass@1_ci", [entry["pass@1"]] * 2))
+            xs.append(j + (i - (len(labels) - 1) / 2) * width)
+            ys.append(value)
+            errs[0].append(max(0.0, value - lo))
+            errs[1].append(max(0.0, hi - value))
+        ax.bar(xs, ys, width, yerr=errs, color=color, label=label, capsize=2)
+    ax.set_xticks(range(len(benches)), benches, rotation=20, ha="right")
+    ax.set_ylabel("pass@1 (%)")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+# A page is a list of blocks: ("h", level, text), ("p", text), ("img", file, alt),
+# ("table", header, rows); render_markdown / render_html turn it into text.
+Block = tuple[Any, ...]
+
+
+def render_markdown(blocks: Sequence[Block]) -> str:
+    out = []
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            out.append("#" * block[1] + " " + block[2])
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "img":
+            out.append(f"![{block[2]}]({block[1]})")
+        elif kind == "table":
+            header, rows = block[1], block[2]
+            lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(row) + " |" for row in rows]
+            out.append("\n".join(lines))
+    return "\n\n".join(out) + "\n"
+
+
+def render_html(blocks: Sequence[Block], title: str) -> str:
+    esc = html.escape
+    body = []
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            body.append(f"<h{block[1]}>{esc(block[2])}</h{block[1]}>")
+        elif kind == "p":
+            body.append(f"<p>{esc(block[1])}</p>")
+        elif kind == "img":
+            body.append(f'<img src="{esc(block[1])}" alt="{esc(block[2])}">')
+        elif kind == "table":
+            head = "".join(f"<th>{esc(c)}</th>" for c in block[1])
+            rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
+                           for row in block[2])
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}")
+    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{esc(title)}</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _last(rows: Sequence[Mapping[str, Any]], key: str) -> str:
+    for row in reversed(rows):
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return f"{value:.4g}"
+    return "-"
+
+
+def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Block]:
+    """The page's blocks; writes its figures next to `page` as <stem>-*.png."""
+    blocks: list[Block] = [("h", 1, title), ("h", 2, "Runs")]
+    blocks.append(("table", ["run", "path", "steps logged", "last reward_mean", "last accuracy",
+                             "last lambda", "evaluations"],
+                   [[r.name, str(r.path), str(len(r.metrics)), _last(r.metrics, "reward_mean"),
+                     _last(r.metrics, "accuracy"), _last(r.metrics, "lambda"),
+                     ", ".join(r.evals) or "-"] for r in records]))
+    curves = plot_curves(records, page.with_name(f"{page.stem}-training.png"))
+    if curves is not None:
+        blocks += [("h", 2, "Training curves"),
+                   ("p", "From each run's metrics.jsonl (faint: raw; solid: moving average "
+                         "when a run has more than 50 steps)."),
+                   ("img", curves.name, "training curves")]
+    evals = {(f"{r.name}/{label}" if len(records) > 1 or len(r.evals) > 1 else label): results
+             for r in records for label, results in r.evals.items()}
+    if evals:
+        blocks += [("h", 2, "Evaluation"),
+                   ("p", "pass@k in percent (unbiased estimator, mean over problems) with its "
+                         "95 % bootstrap interval over problems.")]
+        for k, header, rows in eval_tables(evals):
+            blocks += [("h", 3, f"pass@{k}"), ("table", header, rows)]
+        bars = plot_pass1(evals, page.with_name(f"{page.stem}-pass1.png"))
+        if bars is not None:
+            blocks.append(("img", bars.name, "pass@1 per benchmark"))
+    return blocks
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                        help="training runs (metrics.jsonl, eval/*/results.json), eval folders "
+                             "or results.json files; NAME=PATH names one")
+    parser.add_argument("--output", required=True, type=Path,
+                        help="the page: .md (Markdown) or .html; figures go next to it")
+    parser.add_argument("--title", default="groupwise report", help="page title")
+
+
+def run(args: argparse.Namespace) -> int:
+    from groupwise.analysis.samples import parse_run_specs
+
+    page: Path = args.output
+    if page.suffix.lower() not in (".md", ".html", ".htm"):
+        raise SystemExit(f"--output {page}: use a .md or .html file name")
+    records = [load_record(name, path) for name, path in parse_run_specs(args.runs).items()]
+    page.parent.mkdir(parents=True, exist_ok=True)
+    blocks = build_page(records, page, args.title)
+    text = (render_markdown(blocks) if page.suffix.lower() == ".md"
+            else render_html(blocks, args.title))
+    page.write_text(text, encoding="utf-8")
+    print(f"wrote {page}")
+    return 0
