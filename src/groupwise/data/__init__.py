@@ -1,0 +1,32 @@
+"""Benchmarks (registry, loaders, `Problem`) and prompt templates."""
+
+from __future__ import annotations
+
+from groupwise.data.benchmarks import (
+    BenchmarkFormatError,
+    Problem,
+    benchmark_names,
+    benchmark_splits,
+    load_benchmark,
+    register_benchmark,
+    resolve_data_dir,
+)
+from groupwise.data.prompts import TEMPLATES, build_messages, get_template, render_prompt
+
+__all__ = [
+    "TEMPLATES",
+    "BenchmarkFormatError",
+    "Problem",
+    "benchmark_names",
+    "benchmark_splits",
+    "build_messages",
+    "get_template",
+    "load_benchmark",
+    "register_benchmark",
+    "render_prompt",
+    "resolve_data_dir",
+    "synthetic",
+]
+
+# Last: the synthetic task registers itself ("arith") through register_benchmark above.
+from groupwise.data import synthetic as synthetic

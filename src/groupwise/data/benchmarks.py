@@ -1,0 +1,534 @@
+"""Benchmark registry and loaders: each set's native records mapped to `Problem`.
+
+`load_benchmark(name, split=None, data_dir=None, **options)` reads `<root>/<folder>/<split>.jsonl`
+from `data_dir`, else from the folder in env `GROUPWISE_DATA`, else the public hub copy via
+`datasets` (install `groupwise[hub]`). Folder layout and native fields: see the data README
+(../shared/data/README.md in the development checkout).
+
+| name          | splits                          | gold answer                             |
+|---------------|---------------------------------|-----------------------------------------|
+| gsm8k         | train, test                     | number after `####`, commas removed     |
+| math          | train, test                     | last `\\boxed{}` of the solution        |
+| math500       | test                            | `answer`                                |
+| aime24        | test                            | `answer`                                |
+| aime25        | test                            | `answer` (a float: "70" for 70.0)       |
+| amc23         | test                            | `answer` (a float: "27" for 27.0)       |
+| olympiadbench | test                            | `final_answer` items, `$` removed,      |
+|               |                                 | joined with ", "                        |
+| minerva       | test                            | last `\\boxed{}` of the solution        |
+| aqua          | test                            | option letter; `choices` the options    |
+| livemathbench | AMC_en (default), CCEE_en,      | `answer`, `$` removed                   |
+|               | CNMO_en, WLPMC_en, hard_en      |                                         |
+
+Loaders are pure: slicing (a `limit`) is the caller's business. A malformed record raises
+`BenchmarkFormatError` naming the file and line. A well-formed MATH/Minerva record whose
+solution has no non-empty box has no gold answer: it is skipped with a warning naming file
+and line (two such records: MATH train lines 5530 and 5532).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from groupwise.rewards.extract import last_boxed
+
+__all__ = [
+    "BenchmarkFormatError",
+    "Problem",
+    "benchmark_names",
+    "benchmark_splits",
+    "load_benchmark",
+    "register_benchmark",
+    "resolve_data_dir",
+]
+
+DATA_ENV = "GROUPWISE_DATA"
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One question with its gold answer.
+
+    id: unique within its benchmark, prefixed with the benchmark name. answer: the gold final
+    answer as a string (LaTeX allowed, no `$`). choices: option texts of a multiple-choice
+    question, in letter order A, B, ... (the gold is then the letter); None otherwise.
+    meta: other native fields worth keeping (solution, level, subject, unit, ...).
+    """
+
+    id: str
+    question: str
+    answer: str
+    choices: list[str] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class BenchmarkFormatError(ValueError):
+    """A benchmark record that cannot be mapped to a Problem; the message names file and line."""
+
+
+Loader = Callable[..., list[Problem]]
+
+
+@dataclass(frozen=True)
+class _Benchmark:
+    loader: Loader
+    splits: tuple[str, ...]
+    default_split: str
+
+
+_REGISTRY: dict[str, _Benchmark] = {}
+
+
+def register_benchmark(
+    name: str, splits: tuple[str, ...] | list[str] = ("test",), default_split: str | None = None
+) -> Callable[[Loader], Loader]:
+    """Decorator registering `loader(data_dir: Path | None, split: str, **options)` as `name`.
+
+    The loader is called with keyword arguments. default_split: the split used when
+    `load_benchmark` gets none ("test" if it is one of `splits`, else the first).
+    """
+    splits = tuple(splits)
+    if not splits:
+        raise ValueError(f"register_benchmark({name!r}): splits is empty")
+    default = default_split or ("test" if "test" in splits else splits[0])
+    if default not in splits:
+        raise ValueError(
+            f"register_benchmark({name!r}): default_split {default!r} is not one of {splits}"
+        )
+
+    def decorator(loader: Loader) -> Loader:
+        if name in _REGISTRY:
+            raise ValueError(f"benchmark {name!r} is already registered")
+        _REGISTRY[name] = _Benchmark(loader, splits, default)
+        return loader
+
+    return decorator
+
+
+def benchmark_names() -> list[str]:
+    """Registered benchmark names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _benchmark(name: str) -> _Benchmark:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown benchmark {name!r}; valid benchmarks: {benchmark_names()}")
+    return _REGISTRY[name]
+
+
+def benchmark_splits(name: str) -> tuple[str, ...]:
+    """The splits of benchmark `name`, the default one first."""
+    spec = _benchmark(name)
+    return (spec.default_split, *(s for s in spec.splits if s != spec.default_split))
+
+
+def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
+    """`data_dir`, else env GROUPWISE_DATA, else None (meaning: the public hub copies)."""
+    chosen = data_dir if data_dir is not None else os.environ.get(DATA_ENV) or None
+    return Path(chosen).expanduser() if chosen is not None else None
+
+
+def load_benchmark(
+    name: str, split: str | None = None, data_dir: str | Path | None = None, **options: Any
+) -> list[Problem]:
+    """The problems of benchmark `name`, split `split` (None: the benchmark's default split,
+    "test" for all but livemathbench, whose default is "AMC_en").
+
+    data_dir: a folder laid out like the shared data folder; default env GROUPWISE_DATA, else
+    the public hub copies (needs `datasets`). options: passed to the loader (e.g. level/size of
+    the synthetic "arith" task). Unknown names and splits raise naming the valid ones.
+    """
+    spec = _benchmark(name)
+    split = spec.default_split if split is None else split
+    if split not in spec.splits:
+        raise ValueError(
+            f"benchmark {name!r} has no split {split!r}; valid splits: {list(spec.splits)}"
+        )
+    return spec.loader(data_dir=resolve_data_dir(data_dir), split=split, **options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading records
+
+
+@dataclass(frozen=True)
+class _Record:
+    """A raw record and where it came from (for error messages)."""
+
+    fields: dict[str, Any]
+    source: str
+    line: int
+    index: int
+
+    def get(self, *names: str, optional: bool = False) -> Any:
+        """The first of `names` present (hub copies name fields differently); a missing
+        field raises BenchmarkFormatError unless optional (then None)."""
+        for name in names:
+            if name in self.fields and self.fields[name] is not None:
+                return self.fields[name]
+        if optional:
+            return None
+        wanted = " or ".join(repr(n) for n in names)
+        raise BenchmarkFormatError(f"{self.source} line {self.line}: missing field {wanted}")
+
+    def error(self, message: str) -> BenchmarkFormatError:
+        return BenchmarkFormatError(f"{self.source} line {self.line}: {message}")
+
+
+def _read_jsonl(path: Path) -> Iterator[_Record]:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: the data folder must hold <benchmark>/<split>.jsonl as the "
+            f"shared data folder does (set {DATA_ENV} or pass data_dir)"
+        )
+    index = 0
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                fields = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise BenchmarkFormatError(
+                    f"{path} line {number}: invalid JSON ({error})"
+                ) from None
+            if not isinstance(fields, dict):
+                raise BenchmarkFormatError(f"{path} line {number}: expected a JSON object")
+            yield _Record(fields, str(path), number, index)
+            index += 1
+
+
+def _read_hub(repo: str, config: str | None, split: str) -> Iterator[_Record]:
+    try:
+        import datasets
+    except ImportError:
+        raise ImportError(
+            f"loading {repo} from the Hugging Face hub needs the `datasets` package: "
+            f"pip install 'groupwise[hub]', or point {DATA_ENV} (or data_dir) at a local copy"
+        ) from None
+    rows = datasets.load_dataset(repo, config, split=split)
+    source = f"hub:{repo}" + (f"/{config}" if config else "") + f"[{split}]"
+    for index, fields in enumerate(rows):
+        yield _Record(dict(fields), source, index + 1, index)
+
+
+@dataclass(frozen=True)
+class _Hub:
+    """Where the public copy of a split lives: repo, config, split (per local split name)."""
+
+    repo: str
+    config: str | None = None
+    splits: dict[str, str] = field(default_factory=dict)
+
+    def split(self, local: str) -> str:
+        return self.splits.get(local, local)
+
+
+def _records(data_dir: Path | None, folder: str, split: str, hub: _Hub) -> Iterator[_Record]:
+    if data_dir is not None:
+        return _read_jsonl(data_dir / folder / f"{split}.jsonl")
+    return _read_hub(hub.repo, hub.config, hub.split(split))
+
+
+# ---------------------------------------------------------------------------------------------
+# Field helpers
+
+_GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+
+
+def _strip_dollars(text: str) -> str:
+    return text.replace("$", "").strip()
+
+
+def _number_text(record: _Record, value: Any) -> str:
+    """A numeric gold as text: 70.0 -> "70", 0.5 -> "0.5", "204" stays "204"."""
+    if isinstance(value, bool):
+        raise record.error(f"answer {value!r} is not a number or a string")
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise record.error(f"answer {value!r} is not a number or a non-empty string")
+
+
+def _boxed_answer(record: _Record, solution_field: str) -> str | None:
+    """The last box of the solution; None (with a warning) when it has no non-empty box.
+
+    A data defect, not a format error: MATH train lines 5530 and 5532 (number_theory/7115 and
+    7117) end in an empty `\\boxed{}`. Such a record has no gold answer: the loader skips it.
+    """
+    solution = record.get(solution_field)
+    if not isinstance(solution, str):
+        raise record.error(f"field {solution_field!r} must be a string, got {solution!r}")
+    answer = last_boxed(solution)
+    if answer is None or not answer.strip():
+        logger.warning(
+            "%s line %d: no non-empty \\boxed{...} answer in %r; record skipped",
+            record.source,
+            record.line,
+            solution_field,
+        )
+        return None
+    return answer.strip()
+
+
+def _text(record: _Record, *names: str) -> str:
+    value = record.get(*names)
+    if not isinstance(value, str) or not value.strip():
+        raise record.error(f"field {names[0]!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# The loaders
+
+
+@register_benchmark("gsm8k", splits=("train", "test"))
+def load_gsm8k(data_dir: Path | None, split: str) -> list[Problem]:
+    """GSM8K: gold = the number after `####` in `answer`, thousands commas removed."""
+    problems = []
+    for record in _records(data_dir, "gsm8k", split, _Hub("openai/gsm8k", "main")):
+        solution = _text(record, "answer")
+        final = _GSM8K_FINAL.search(solution)
+        if final is None:
+            raise record.error("field 'answer' has no '#### N' final answer")
+        problems.append(
+            Problem(
+                id=f"gsm8k/{split}/{record.index}",
+                question=_text(record, "question"),
+                answer=final.group(1).replace(",", ""),
+                meta={"solution": solution},
+            )
+        )
+    return problems
+
+
+_MATH_SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
+
+
+@register_benchmark("math", splits=("train", "test"))
+def load_math(data_dir: Path | None, split: str) -> list[Problem]:
+    """Hendrycks MATH: gold = the last `\\boxed{}` of `solution`."""
+    records: Iterable[_Record]
+    if data_dir is not None:
+        records = _read_jsonl(data_dir / "math" / f"{split}.jsonl")
+    else:  # the hub copy has one config per subject
+        records = [
+            r
+            for subject in _MATH_SUBJECTS
+            for r in _read_hub("EleutherAI/hendrycks_math", subject, split)
+        ]
+    problems = []
+    for position, record in enumerate(records):
+        native_id = record.get("unique_id", optional=True) or f"{split}/{position}"
+        answer = _boxed_answer(record, "solution")
+        if answer is None:
+            continue
+        problems.append(
+            Problem(
+                id=f"math/{native_id}",
+                question=_text(record, "problem"),
+                answer=answer,
+                meta={
+                    "solution": record.get("solution"),
+                    "level": record.get("level", optional=True),
+                    "type": record.get("type", optional=True),
+                },
+            )
+        )
+    return problems
+
+
+@register_benchmark("math500")
+def load_math500(data_dir: Path | None, split: str) -> list[Problem]:
+    """MATH-500 (PRM800K's subset of MATH test): gold = `answer`."""
+    problems = []
+    for record in _records(data_dir, "math500", split, _Hub("HuggingFaceH4/MATH-500")):
+        problems.append(
+            Problem(
+                id=f"math500/{record.get('unique_id', optional=True) or record.index}",
+                question=_text(record, "problem"),
+                answer=_text(record, "answer").strip(),
+                meta={
+                    "solution": record.get("solution", optional=True),
+                    "subject": record.get("subject", optional=True),
+                    "level": record.get("level", optional=True),
+                },
+            )
+        )
+    return problems
+
+
+def _competition(
+    name: str, folder: str, hub: _Hub, data_dir: Path | None, split: str
+) -> list[Problem]:
+    """AIME/AMC-style sets: an id, a question, a numeric or string answer."""
+    problems = []
+    for record in _records(data_dir, folder, split, hub):
+        native_id = record.get("id", "ID", optional=True)
+        problems.append(
+            Problem(
+                id=f"{name}/{record.index if native_id is None else native_id}",
+                question=_text(record, "question", "problem", "Problem"),
+                answer=_number_text(record, record.get("answer", "Answer")),
+                meta={k: record.fields[k] for k in ("url", "solution") if k in record.fields},
+            )
+        )
+    return problems
+
+
+@register_benchmark("aime24")
+def load_aime24(data_dir: Path | None, split: str) -> list[Problem]:
+    """AIME 2024 (30 problems): gold = `answer`."""
+    return _competition("aime24", "aime24", _Hub("math-ai/aime24"), data_dir, split)
+
+
+@register_benchmark("aime25")
+def load_aime25(data_dir: Path | None, split: str) -> list[Problem]:
+    """AIME 2025 I and II (30 problems): gold = `answer`, a float in the file ("70")."""
+    return _competition("aime25", "aime25", _Hub("math-ai/aime25"), data_dir, split)
+
+
+@register_benchmark("amc23")
+def load_amc23(data_dir: Path | None, split: str) -> list[Problem]:
+    """AMC 2023 (40 problems): gold = `answer`, a float in the file ("27")."""
+    return _competition("amc23", "amc23", _Hub("math-ai/amc23"), data_dir, split)
+
+
+@register_benchmark("olympiadbench")
+def load_olympiadbench(data_dir: Path | None, split: str) -> list[Problem]:
+    """OlympiadBench (English, text-only, competition math): gold = the `final_answer` items
+    with `$` removed, joined with ", " (an item may itself hold several answers)."""
+    hub = _Hub("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", {"test": "train"})
+    problems = []
+    for record in _records(data_dir, "olympiadbench", split, hub):
+        finals = record.get("final_answer")
+        if isinstance(finals, str):
+            finals = [finals]
+        if (
+            not isinstance(finals, list)
+            or not finals
+            or not all(isinstance(f, str) and _strip_dollars(f) for f in finals)
+        ):
+            raise record.error(f"field 'final_answer' must be a list of strings, got {finals!r}")
+        context = record.get("context", optional=True)
+        question = _text(record, "question")
+        problems.append(
+            Problem(
+                id=f"olympiadbench/{record.get('id', optional=True) or record.index}",
+                question=f"{context}\n\n{question}" if context else question,
+                answer=", ".join(_strip_dollars(f) for f in finals),
+                meta={
+                    k: record.fields.get(k)
+                    for k in ("subfield", "unit", "answer_type", "is_multiple_answer")
+                },
+            )
+        )
+    return problems
+
+
+@register_benchmark("minerva")
+def load_minerva(data_dir: Path | None, split: str) -> list[Problem]:
+    """Minerva math (272 problems): gold = the last `\\boxed{}` of `solution`."""
+    problems = []
+    for record in _records(data_dir, "minerva_math", split, _Hub("math-ai/minervamath")):
+        native_id = record.get("idx", optional=True)
+        answer = _boxed_answer(record, "solution")
+        if answer is None:
+            continue
+        problems.append(
+            Problem(
+                id=f"minerva/{record.index if native_id is None else native_id}",
+                question=_text(record, "problem", "question"),
+                answer=answer,
+                meta={
+                    "solution": record.get("solution"),
+                    "type": record.get("type", optional=True),
+                },
+            )
+        )
+    return problems
+
+
+_OPTION_PREFIX = re.compile(r"^\s*\(?([A-E])\s*\)\s*")
+
+
+def _options(record: _Record, options: Any) -> list[str]:
+    """Option texts without their "A)" prefixes; a prefix must name its position."""
+    if not isinstance(options, list) or not options or not all(isinstance(o, str) for o in options):
+        raise record.error(f"field 'options' must be a non-empty list of strings, got {options!r}")
+    texts = []
+    for position, option in enumerate(options):
+        prefix = _OPTION_PREFIX.match(option)
+        if prefix is None or prefix.group(1) != "ABCDE"[position]:
+            raise record.error(
+                f"option {position} is {option!r}; expected it to start with '{'ABCDE'[position]})'"
+            )
+        texts.append(option[prefix.end() :].strip())
+    return texts
+
+
+@register_benchmark("aqua")
+def load_aqua(data_dir: Path | None, split: str) -> list[Problem]:
+    """AQUA-RAT test: gold = the letter in `correct`, choices = `options` without "A)"."""
+    problems = []
+    for record in _records(data_dir, "aqua", split, _Hub("deepmind/aqua_rat", "raw")):
+        choices = _options(record, record.get("options"))
+        letter = _text(record, "correct").strip()
+        if letter not in "ABCDE"[: len(choices)] or len(letter) != 1:
+            raise record.error(
+                f"field 'correct' is {letter!r}; expected one of {list('ABCDE'[: len(choices)])}"
+            )
+        problems.append(
+            Problem(
+                id=f"aqua/{record.index}",
+                question=_text(record, "question"),
+                answer=letter,
+                choices=choices,
+                meta={"rationale": record.get("rationale", optional=True)},
+            )
+        )
+    return problems
+
+
+LIVEMATHBENCH_SPLITS = ("AMC_en", "CCEE_en", "CNMO_en", "WLPMC_en", "hard_en")
+
+
+@register_benchmark("livemathbench", splits=LIVEMATHBENCH_SPLITS, default_split="AMC_en")
+def load_livemathbench(data_dir: Path | None, split: str) -> list[Problem]:
+    """LiveMathBench v202412, English: gold = `answer` with `$` removed; one split per file."""
+    hub = _Hub("opencompass/LiveMathBench", f"v202412_{split}", {split: "test"})
+    problems = []
+    for record in _records(data_dir, "livemathbench", split, hub):
+        options = record.get("options", optional=True) or None
+        answer = _strip_dollars(_text(record, "answer"))
+        if not answer:
+            raise record.error("field 'answer' is empty once '$' are removed")
+        problems.append(
+            Problem(
+                id=f"livemathbench/{split}/{record.index}",
+                question=_text(record, "question"),
+                answer=answer,
+                choices=list(options) if options else None,
+                meta={"question_type": record.get("question_type", optional=True)},
+            )
+        )
+    return problems

@@ -1,0 +1,67 @@
+"""Rewards: answer extraction, answer checking under hard timeouts, reward components and the
+weighted `RewardSuite` (REFERENCE.md 2 and 3).
+
+`RewardSuite`, `Scores` and the weight presets need torch and are imported on first access,
+so that the answer-checking worker processes (which import this package) start without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from groupwise.rewards.checking import (
+    STATUSES,
+    AnswerChecker,
+    Verdict,
+    answers_equivalent,
+    check_answers,
+    is_correct,
+    judge,
+    summarize,
+)
+from groupwise.rewards.components import (
+    COMPONENTS,
+    Component,
+    component_names,
+    correct_value,
+    get_component,
+    parse_confidence,
+    register_component,
+)
+from groupwise.rewards.extract import extract_answer, extract_choice
+
+if TYPE_CHECKING:
+    from groupwise.rewards.suite import AMIR_GRPO_WEIGHTS, LENS_WEIGHTS, RewardSuite, Scores
+
+_LAZY = {"RewardSuite", "Scores", "AMIR_GRPO_WEIGHTS", "LENS_WEIGHTS"}
+
+__all__ = [
+    "AMIR_GRPO_WEIGHTS",
+    "COMPONENTS",
+    "LENS_WEIGHTS",
+    "STATUSES",
+    "AnswerChecker",
+    "Component",
+    "RewardSuite",
+    "Scores",
+    "Verdict",
+    "answers_equivalent",
+    "check_answers",
+    "component_names",
+    "correct_value",
+    "extract_answer",
+    "extract_choice",
+    "get_component",
+    "is_correct",
+    "judge",
+    "parse_confidence",
+    "register_component",
+    "summarize",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module("groupwise.rewards.suite"), name)
+    raise AttributeError(f"module 'groupwise.rewards' has no attribute {name!r}")

@@ -1,0 +1,190 @@
+"""Reward components (REFERENCE.md 2, "Rewards of AMIR-GRPO"; 3 for the binary LENS reward).
+
+Each component is a function `(completion: str, verdict: Verdict) -> float` of one completion's
+text and its answer-check verdict, so the answer is checked once per completion and every
+component reads the same verdict. Values are unweighted; `RewardSuite` applies the weights.
+
+Built-in components (all as the AMIR-GRPO official code, except where noted):
+
+- "correctness": 2.0 if the answer is correct, else 0.
+- "binary": 1.0 if correct, else 0 (LENS).
+- "format": 0.5 if the whole completion (surrounding whitespace stripped) is exactly
+  `<think>..</think> <answer>..</answer> <analysis>..</analysis> <confidence> p </confidence>`
+  with p a literal in [0, 1]: the regex `STRICT_FORMAT` below. The official regex is compiled
+  with re.MULTILINE, so its final `$` also matches at a line end and lets text follow on
+  later lines; here the match is anchored at the very end (`\\Z`) as REFERENCE.md says.
+- "integer": 0.2 if the extracted answer is an integer literal ("42", "-7", "1,000" and "12.0"
+  count; "3/4", "2.5", a letter do not). The official code pays 0.2 for any number found.
+- "tag_count": +0.025 for each of the 8 tags that occurs exactly once; when `</confidence>`
+  occurs exactly once, minus min(0.001 x characters after it (whitespace-stripped), 0.1).
+  Range [-0.075, 0.2].
+- "calibration": 1 - (p - a)^2 with a = 1 if correct else 0, p = `parse_confidence`, 0.5 when
+  missing. Range [0, 1].
+
+Register more with `@register_component("name")`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from groupwise.rewards.checking import Verdict
+
+__all__ = [
+    "COMPONENTS",
+    "STRICT_FORMAT",
+    "Component",
+    "ComponentFn",
+    "component_names",
+    "correct_value",
+    "get_component",
+    "parse_confidence",
+    "register_component",
+]
+
+ComponentFn = Callable[[str, Verdict], float]
+
+
+@dataclass(frozen=True)
+class Component:
+    """A named reward component. correct_value: for a correctness-type component, its value on
+    a correct answer (LENS rescales it, REFERENCE.md 3); None for the others."""
+
+    name: str
+    fn: ComponentFn
+    correct_value: float | None = None
+
+
+COMPONENTS: dict[str, Component] = {}
+
+
+def register_component(
+    name: str, *, correct_value: float | None = None, replace: bool = False
+) -> Callable[[ComponentFn], ComponentFn]:
+    """Decorator adding `fn(completion, verdict) -> float` to the registry as `name`.
+
+    correct_value: see `Component`. A second registration of a name is an error unless
+    replace=True.
+    """
+
+    def decorator(fn: ComponentFn) -> ComponentFn:
+        if name in COMPONENTS and not replace:
+            raise ValueError(f"reward component {name!r} is already registered")
+        COMPONENTS[name] = Component(name, fn, correct_value)
+        return fn
+
+    return decorator
+
+
+def component_names() -> list[str]:
+    """Registered component names, sorted."""
+    return sorted(COMPONENTS)
+
+
+def get_component(name: str) -> Component:
+    """The registered component `name`; unknown names raise naming the valid ones."""
+    if name not in COMPONENTS:
+        raise ValueError(
+            f"unknown reward component {name!r}; valid components: {component_names()}"
+        )
+    return COMPONENTS[name]
+
+
+def correct_value(name: str) -> float:
+    """The value component `name` gives a correct answer (2.0 for "correctness", 1.0 for
+    "binary"); an error for a component that is not a correctness reward."""
+    value = get_component(name).correct_value
+    if value is None:
+        valid = sorted(c.name for c in COMPONENTS.values() if c.correct_value is not None)
+        raise ValueError(
+            f"reward component {name!r} is not a correctness reward; correctness components: "
+            f"{valid}"
+        )
+    return value
+
+
+STRICT_FORMAT = re.compile(
+    r"<think>\s*[\s\S]*?\s*</think>\s*"
+    r"<answer>\s*[\s\S]*?\s*</answer>\s*"
+    r"<analysis>\s*[\s\S]*?\s*</analysis>\s*"
+    r"<confidence>\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\s*</confidence>\Z"
+)
+"""The strict AMIR-GRPO format, matched with `.match` on the stripped completion."""
+
+_TAGS = (
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<analysis>",
+    "</analysis>",
+    "<confidence>",
+    "</confidence>",
+)
+_CONFIDENCE = re.compile(r"<confidence>(.*?)</confidence>", re.DOTALL)
+_CONFIDENCE_VALUE = re.compile(r"([-+]?\d*\.?\d+)\s*(%)?")
+_INTEGER_ANSWER = re.compile(r"^[-+]?\d+(?:\.0+)?$")
+
+
+def parse_confidence(completion: str) -> float | None:
+    """The verbalized confidence p in [0, 1] of the first `<confidence>` block, or None.
+
+    The first number in the block is read ("0.8", " .8 ", "0.8 (fairly sure)"); "85%" is 0.85;
+    values outside [0, 1] are clipped (as the official code, which reads only a bare number:
+    "0.8 (fairly sure)" and "85%" give it its default 0.5).
+    """
+    block = _CONFIDENCE.search(completion)
+    if block is None:
+        return None
+    value = _CONFIDENCE_VALUE.search(block.group(1))
+    if value is None:
+        return None
+    p = float(value.group(1)) / (100.0 if value.group(2) else 1.0)
+    return min(1.0, max(0.0, p))
+
+
+@register_component("correctness", correct_value=2.0)
+def correctness(completion: str, verdict: Verdict) -> float:
+    """2.0 for a correct final answer, else 0."""
+    return 2.0 if verdict.correct else 0.0
+
+
+@register_component("binary", correct_value=1.0)
+def binary(completion: str, verdict: Verdict) -> float:
+    """1.0 for a correct final answer, else 0 (LENS, REFERENCE.md 3)."""
+    return 1.0 if verdict.correct else 0.0
+
+
+@register_component("format")
+def strict_format(completion: str, verdict: Verdict) -> float:
+    """0.5 when the whole completion is the four AMIR-GRPO blocks in order, else 0."""
+    return 0.5 if STRICT_FORMAT.match(completion.strip()) else 0.0
+
+
+@register_component("integer")
+def integer_answer(completion: str, verdict: Verdict) -> float:
+    """0.2 when the extracted answer is an integer literal, else 0."""
+    extracted = verdict.extracted
+    return 0.2 if extracted is not None and _INTEGER_ANSWER.match(extracted.strip()) else 0.0
+
+
+@register_component("tag_count")
+def tag_count(completion: str, verdict: Verdict) -> float:
+    """0.025 per tag present exactly once, minus the trailing-text penalty (max 0.2)."""
+    # A product, not a running sum: 8 x 0.025 is exactly the float 0.2.
+    score = 0.025 * sum(completion.count(tag) == 1 for tag in _TAGS)
+    if completion.count("</confidence>") == 1:
+        trailing = completion.split("</confidence>")[-1].strip()
+        score -= min(0.001 * len(trailing), 0.1)
+    return score
+
+
+@register_component("calibration")
+def calibration(completion: str, verdict: Verdict) -> float:
+    """Brier complement 1 - (p - a)^2 of the stated confidence p (0.5 if missing)."""
+    p = parse_confidence(completion)
+    p = 0.5 if p is None else p
+    a = 1.0 if verdict.correct else 0.0
+    return 1.0 - (p - a) ** 2

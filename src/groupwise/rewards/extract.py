@@ -1,0 +1,281 @@
+"""Final-answer extraction from a completion, the way a careful human grader reads it.
+
+Pure string functions (no sympy, no math-verify): cheap, linear-time regexes only, so they are
+safe to run in the training process. The comparison of an extracted answer with the gold one
+lives in `groupwise.rewards.checking`.
+
+Where the answer is looked for (REFERENCE.md 2, "correctness"; first rule that applies wins):
+
+1. Reasoning never counts: every `<think>...</think>` block is removed; text before a stray
+   `</think>` (its `<think>` was in the prompt) and after an unclosed `<think>` is reasoning too.
+2. If an `<answer>...</answer>` block remains, only the last one is read (an unclosed `<answer>`,
+   e.g. a truncated completion, reads to the end). Inside it: the last box, else "the answer
+   is ...", else `#### N`, else the whole block.
+3. Otherwise the last `\\boxed{...}` / `\\fbox{...}` / `\\framebox{...}` (balanced braces,
+   escaped braces ignored, a box wrapping a box unwrapped), then the last `#### N` line, then
+   the last "the answer is ..." / "Final answer: ...", and as a last resort the last number.
+
+Multiple-choice answers (a letter A-E) are read by `extract_choice`.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "answer_region",
+    "choice_letter",
+    "clean_answer",
+    "extract_answer",
+    "extract_choice",
+    "find_boxed",
+    "gold_choice",
+    "last_boxed",
+    "strip_reasoning",
+]
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox|framebox)(?![A-Za-z])")
+# "the answer is X", "Final answer: X", "answer = X"; "the answer depends on" does not match.
+_ANSWER_PHRASE = re.compile(r"\banswer\b\s*(?:is\b\s*:?|:|=)[ \t]*", re.IGNORECASE)
+_HASH_ANSWER = re.compile(r"####[ \t]*([^\n]*)")
+# A number not glued to a word or to a previous digit/dot ("10-5" gives 10 and 5, "x=-5" -5);
+# thousands separators only in groups of three, an optional fraction bar ("3/4").
+_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|(?<![\w.])-?\.\d+")
+_SENTENCE_END = re.compile(r"\.(?=\s|$)")
+_MATH_DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+# Thousands separators inside a plain number; "1, 2" (a list) is left alone.
+_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_CURRENCY = re.compile(r"^\\?\$\s*(?=[-\d.])")
+# A number followed by plain words ("18 dollars", "5 apples per day"): the words are dropped.
+# Short words stay (units math-verify knows, like "cm") and so do connectives of a list.
+_NUMBER_THEN_WORDS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s+((?:[A-Za-z]{3,}\s*)+)$")
+_KEEP_WORDS = frozenset({"and", "or", "not", "times", "plus", "minus", "over", "sqrt", "mod"})
+
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textrm|mbox)\s*\{([^{}]*)\}")
+_CHOICE_FORM = re.compile(r"^\(?([A-E])\)?(?:$|[\s.:)\]]|\\)")
+# Case-insensitive words, but the letter itself must be a capital ("the answer is a number").
+_CHOICE_PHRASE = re.compile(
+    r"(?i:\banswer\b\s*(?:is\b\s*:?|:|=)|\b(?:option|choice)\b(?:\s+is)?\s*:?)"
+    r"\s*\(?([A-E])(?![A-Za-z])"
+)
+_CHOICE_GOLD = re.compile(r"^\(?([A-E])\)?$")
+
+
+def strip_reasoning(text: str) -> str:
+    """`text` without its reasoning: `<think>` blocks, text before a stray `</think>`, and
+    everything from an unclosed `<think>` on."""
+    text = _THINK_BLOCK.sub(" ", text)
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    if "<think>" in text:
+        text = text.split("<think>", 1)[0]
+    return text
+
+
+def _box_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of every outermost box command in `text`, in order.
+
+    Braces are counted with `\\{` and `\\}` (literal braces in LaTeX) ignored; a box whose
+    braces never close (a truncated completion) is skipped. `\\boxed 5` (no braces) reads one
+    token; `\\framebox[w]{...}` skips the optional argument.
+    """
+    spans: list[tuple[int, int, str]] = []
+    pos = 0
+    while True:
+        match = _BOX_COMMAND.search(text, pos)
+        if match is None:
+            return spans
+        i = match.end()
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if text.startswith("[", i):
+            close = text.find("]", i)
+            i = close + 1 if close >= 0 else i
+        if i >= len(text):
+            return spans
+        if text[i] != "{":
+            token = re.match(r"[^\s$]+", text[i:])
+            if token and match.end() < i:
+                spans.append((match.start(), i + token.end(), token.group(0)))
+                pos = i + token.end()
+            else:
+                pos = match.end()
+            continue
+        depth, j = 0, i
+        while j < len(text):
+            char = text[j]
+            if char == "\\":
+                j += 2
+                continue
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        if depth != 0:
+            pos = match.end()
+            continue
+        spans.append((match.start(), j + 1, text[i + 1 : j]))
+        pos = j + 1
+
+
+def find_boxed(text: str) -> list[str]:
+    """Contents of the outermost boxes of `text`, in order; a box that only wraps another box
+    (`\\boxed{\\boxed{5}}`) is unwrapped to the inner content."""
+    contents = []
+    for _, _, content in _box_spans(text):
+        while True:
+            inner = _box_spans(content.strip())
+            if len(inner) == 1 and inner[0][0] == 0 and inner[0][1] == len(content.strip()):
+                content = inner[0][2]
+            else:
+                break
+        contents.append(content)
+    return contents
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last outermost box of `text`, or None when it has none."""
+    boxes = find_boxed(text)
+    return boxes[-1] if boxes else None
+
+
+def answer_region(completion: str) -> tuple[str, bool]:
+    """(region, is_answer_block): the text an answer is read from.
+
+    The content of the last `<answer>` block when there is one (an unclosed last `<answer>`
+    reads to the end), else the whole completion; reasoning removed in both cases.
+    """
+    text = strip_reasoning(completion)
+    blocks = _ANSWER_BLOCK.findall(text)
+    last_open = text.rfind("<answer>")
+    if last_open >= 0 and text.find("</answer>", last_open) < 0:
+        return text[last_open + len("<answer>") :], True
+    if blocks:
+        return blocks[-1], True
+    return text, False
+
+
+def _strip_math_delimiters(text: str) -> str:
+    for left, right in _MATH_DELIMITERS:
+        if text.startswith(left) and text.endswith(right) and len(text) >= len(left + right):
+            inner = text[len(left) : len(text) - len(right)]
+            # "$5$ and $6$" is two spans, not one wrapped in dollars.
+            if left not in inner:
+                return inner.strip()
+    return text
+
+
+def clean_answer(answer: str) -> str | None:
+    """An extracted answer tidied for comparison, or None when nothing is left.
+
+    Strips whitespace, math delimiters (`$`, `$$`, `\\(`, `\\[`), trailing sentence
+    punctuation, a leading currency sign, thousands separators of a plain number, and the
+    plain words after a number ("18 dollars" -> "18").
+    """
+    text = answer.strip()
+    for _ in range(3):
+        previous = text
+        text = _strip_math_delimiters(text).rstrip(" .,;:").strip()
+        if text == previous:
+            break
+    if text.count("$") == 1:
+        text = _CURRENCY.sub("", text)
+    words = _NUMBER_THEN_WORDS.match(text)
+    if words and not set(words.group(2).lower().split()) & _KEEP_WORDS:
+        text = words.group(1)
+    if _THOUSANDS.match(text):
+        text = text.replace(",", "")
+    return text or None
+
+
+def _phrase_value(rest: str) -> str:
+    """The answer in the text after "the answer is": a leading math span, else the sentence."""
+    rest = rest.strip()
+    for left, right in _MATH_DELIMITERS:
+        if rest.startswith(left):
+            close = rest.find(right, len(left))
+            if close > 0:
+                return rest[len(left) : close]
+    end = _SENTENCE_END.search(rest)
+    return rest[: end.start()] if end else rest
+
+
+def _phrase_answer(text: str) -> str | None:
+    matches = list(_ANSWER_PHRASE.finditer(text))
+    if not matches:
+        return None
+    line_end = text.find("\n", matches[-1].end())
+    rest = text[matches[-1].end() : line_end if line_end >= 0 else len(text)]
+    return clean_answer(_phrase_value(rest))
+
+
+def _hash_answer(text: str) -> str | None:
+    matches = _HASH_ANSWER.findall(text)
+    return clean_answer(matches[-1]) if matches else None
+
+
+def extract_answer(completion: str) -> str | None:
+    """The final answer of `completion` as a string (LaTeX or plain), or None if it gives none.
+
+    See the module docstring for the order of the rules. The result is cleaned by
+    `clean_answer` (no `$`, no trailing period, no thousands separators in plain numbers).
+    """
+    region, in_block = answer_region(completion)
+    boxed = last_boxed(region)
+    if boxed is not None and (cleaned := clean_answer(boxed)) is not None:
+        return cleaned
+    if in_block:
+        found = _phrase_answer(region) or _hash_answer(region)
+        # A block whose box never closes (truncated) has no answer rather than "\\boxed{12".
+        if found is None and _BOX_COMMAND.search(region) is None:
+            found = clean_answer(region)
+        return found
+    found = _hash_answer(region) or _phrase_answer(region)
+    if found is not None:
+        return found
+    numbers = _NUMBER.findall(region)
+    return clean_answer(numbers[-1]) if numbers else None
+
+
+def choice_letter(text: str) -> str | None:
+    """The option letter A-E that `text` names on its own ("C", "(C)", "C)", "C. 42",
+    "\\text{(C)}", "(C) 42"), or None."""
+    text = _TEXT_WRAPPER.sub(r"\1", text).replace("$", "").strip()
+    match = _CHOICE_FORM.match(text)
+    return match.group(1) if match else None
+
+
+def gold_choice(gold: str) -> str | None:
+    """The letter of a multiple-choice gold answer ("C", "(C)", "\\text{(C)}"), else None."""
+    text = _TEXT_WRAPPER.sub(r"\1", gold).replace("$", "").replace(" ", "")
+    match = _CHOICE_GOLD.match(text)
+    return match.group(1) if match else None
+
+
+def extract_choice(completion: str) -> str | None:
+    """The option letter (A-E) a multiple-choice completion picks, or None.
+
+    Read from the answer region (see `answer_region`): the last box (`\\boxed{C}`,
+    `\\boxed{(C) 42}`), else the last "the answer is (C)" / "option C" / "choice: C", else the
+    last `#### C`, else a whole answer block or a last line that is only a letter form ("C",
+    "(C)", "C) 42").
+    """
+    region, in_block = answer_region(completion)
+    boxed = last_boxed(region)
+    if boxed is not None and (letter := choice_letter(boxed)) is not None:
+        return letter
+    phrases = _CHOICE_PHRASE.findall(region)
+    if phrases:
+        return phrases[-1]
+    hashed = _HASH_ANSWER.findall(region)
+    if hashed and (letter := choice_letter(hashed[-1])) is not None:
+        return letter
+    if in_block:
+        return choice_letter(region)
+    lines = [line for line in region.strip().splitlines() if line.strip()]
+    return choice_letter(lines[-1]) if lines else None
