@@ -262,9 +262,8 @@ def test_perplexity_strata_and_command(tmp_path: Path) -> None:
 
 def test_rescore_renders_prompt_and_appends_eos(tiny: tuple) -> None:
     from groupwise.analysis.perplexity import completion_mean_logp, rescore
-    from groupwise.data.prompts import render_prompt
-
     from groupwise.data import Problem
+    from groupwise.data.prompts import render_prompt
 
     model, tokenizer = tiny
     problem = SavedProblem("toy", "p", "What is 2 + 3?", "5")
