@@ -1,0 +1,149 @@
+"""What a rollout engine takes and returns: SamplingParams in, Rollouts out, behind the
+Generator protocol (DESIGN.md: prompts --rollout engine--> Rollouts)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["Generator", "ModelInputs", "Rollouts", "SamplingParams"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How completions are sampled.
+
+    temperature: logits are divided by it before sampling; 0 means greedy (argmax).
+    top_p: nucleus sampling: sample from the smallest set of most probable tokens whose
+        probability reaches top_p (1.0 = the whole vocabulary).
+    max_new_tokens: completion length limit in tokens; a completion that reaches it without
+        an EOS token is marked truncated.
+    seed: seeds the sampler's own torch.Generator, so the same seed, prompts and model give
+        identical rollouts; None draws a fresh seed. The global RNG is never touched.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, int | float) and 0.0 <= self.temperature < 1e6):
+            raise ValueError(
+                f"SamplingParams.temperature must be a finite number >= 0 (0 = greedy), "
+                f"got {self.temperature!r}"
+            )
+        if not (isinstance(self.top_p, int | float) and 0.0 < self.top_p <= 1.0):
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
+            raise ValueError(
+                f"SamplingParams.max_new_tokens must be an integer, got {self.max_new_tokens!r}"
+            )
+        if self.max_new_tokens < 1:
+            raise ValueError(
+                f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}"
+            )
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0
+        ):
+            raise ValueError(
+                f"SamplingParams.seed must be None or an integer >= 0, got {self.seed!r}"
+            )
+
+
+class ModelInputs(NamedTuple):
+    """Prompt + completion as one batch for a teacher-forced forward pass.
+
+    input_ids, attention_mask: LongTensor[R, P + T]; the prompt part is left padded, the
+        completion part right padded, and the mask is 1 on real tokens only.
+    completion_start: P, the column of the first completion token; the logits predicting
+        completion token t (0-based) sit in column completion_start - 1 + t.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_start: int
+
+    @property
+    def position_ids(self) -> torch.Tensor:
+        """LongTensor[R, P + T]: the positions the rollout engine used (the count of real tokens
+        before each one), to pass along so the forward pass sees the sampling-time positions."""
+        return (self.attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+@dataclass
+class Rollouts:
+    """n sampled completions for each of N prompts, group-major: the n samples of prompt i
+    are rows i*n .. i*n + n - 1.
+
+    prompt_ids, prompt_mask: LongTensor[N, P], left padded (mask 1 on prompt tokens).
+    completion_ids, completion_mask: LongTensor[N*n, T], right padded; the mask is 1 on every
+        generated token including the EOS token that ended the completion, 0 after it.
+    texts: the N*n completions decoded from the masked ids, special tokens skipped.
+    truncated: BoolTensor[N*n], True where max_new_tokens was reached without an EOS token.
+    group_size: n.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    texts: list[str]
+    truncated: torch.Tensor
+    group_size: int
+
+    def __post_init__(self) -> None:
+        num_prompts, rows = self.prompt_ids.shape[0], self.completion_ids.shape[0]
+        problems = []
+        if self.group_size < 1:
+            problems.append(f"group_size {self.group_size} < 1")
+        if self.prompt_mask.shape != self.prompt_ids.shape:
+            problems.append(f"prompt_mask {tuple(self.prompt_mask.shape)} != prompt_ids shape")
+        if self.completion_mask.shape != self.completion_ids.shape:
+            problems.append(
+                f"completion_mask {tuple(self.completion_mask.shape)} != completion_ids shape"
+            )
+        if rows != num_prompts * self.group_size:
+            problems.append(f"{rows} completion rows != {num_prompts} prompts x {self.group_size}")
+        if len(self.texts) != rows or tuple(self.truncated.shape) != (rows,):
+            problems.append(f"texts ({len(self.texts)}) and truncated must have {rows} rows")
+        if problems:
+            raise ValueError("inconsistent Rollouts: " + "; ".join(problems))
+
+    @property
+    def num_prompts(self) -> int:
+        return self.prompt_ids.shape[0]
+
+    def __len__(self) -> int:
+        return self.completion_ids.shape[0]
+
+    @property
+    def prompt_index(self) -> torch.Tensor:
+        """LongTensor[N*n]: the prompt row of each completion row (i for rows i*n .. i*n+n-1)."""
+        index = torch.arange(self.num_prompts, device=self.prompt_ids.device)
+        return index.repeat_interleave(self.group_size)
+
+    @property
+    def completion_lengths(self) -> torch.Tensor:
+        """LongTensor[N*n]: tokens per completion, EOS included."""
+        return self.completion_mask.long().sum(dim=1)
+
+    def model_inputs(self, row_indices: torch.Tensor | Sequence[int] | None = None) -> ModelInputs:
+        """Prompt + completion for the given completion rows (all when None), each prompt
+        repeated for its completions, for the trainer's forward pass."""
+        rows = torch.arange(len(self)) if row_indices is None else torch.as_tensor(row_indices)
+        rows = rows.to(self.completion_ids.device, torch.long)
+        prompts = self.prompt_index[rows]
+        input_ids = torch.cat([self.prompt_ids[prompts], self.completion_ids[rows]], dim=1)
+        mask = torch.cat([self.prompt_mask[prompts], self.completion_mask[rows]], dim=1)
+        return ModelInputs(input_ids, mask, self.prompt_ids.shape[1])
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A rollout engine: n completions for each prompt, as Rollouts (group-major)."""
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts: ...
