@@ -81,6 +81,9 @@ class RewardConfig:
         }
     )
     """Component name -> weight; the AMIR-GRPO official code sums these five with weight 1."""
+    plugins: list[str] = field(default_factory=list)
+    """Modules to import before the suite is built; they add components with
+    groupwise.rewards.register_component (e.g. ["my_project.rewards"])."""
     correctness_component: str = "correctness"
     """The component that LENS calibrates when combined with AMIR-GRPO (REFERENCE.md 3)."""
     workers: int = 2
@@ -256,6 +259,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} fits none of {tp}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item_tp,) = get_args(tp)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")

@@ -20,6 +20,7 @@ pooled means of the full batch are recovered by weighting each micro-batch's los
 
 from __future__ import annotations
 
+import importlib
 import math
 import signal
 import time
@@ -34,7 +35,7 @@ from tqdm.auto import tqdm
 
 from groupwise.algorithms import (
     AdaptiveLambda,
-    aggregate_tokens,
+    aggregate_token_losses,
     group_advantages,
     group_types,
     kl_k3,
@@ -115,6 +116,8 @@ class Trainer:
         self.generator = TransformersGenerator(
             model, self.tokenizer, batch_size=cfg.rollout.batch_size
         )
+        for module in cfg.reward.plugins:
+            importlib.import_module(module)
         self.rewards = RewardSuite(
             cfg.reward.weights, workers=cfg.reward.workers, timeout=cfg.reward.timeout
         )
@@ -390,7 +393,7 @@ class Trainer:
                 grpo = pg
                 kl = None
                 if algo.kl_coef > 0:
-                    kl = aggregate_tokens(
+                    kl = aggregate_token_losses(
                         kl_k3(logp, ref_logp), mask, algo.aggregation, max_completion_length=max_len
                     )
                     grpo = pg + algo.kl_coef * kl
