@@ -259,6 +259,14 @@ def test_perplexity_strata_and_command(tmp_path: Path) -> None:
     assert stats["median"] == pytest.approx(np.median(np.exp([0.1, 0.2, 0.3, 0.4])))
     assert (out / "perplexity.png").stat().st_size > 0
 
+    # scored again under one fixed model: a random model over ~49k tokens is nearly uniform
+    assert cli(["analyze", "perplexity", f"grpo={tmp_path / 'grpo'}", "--model", "tiny-random",
+                "--device", "cpu", "--output", str(out)]) == 0
+    data = json.loads((out / "perplexity.json").read_text())
+    assert data["source"] == "model tiny-random"
+    stats = data["stats"]["jointly solvable"]["grpo"]
+    assert stats["rollouts"] == 8 and 1e3 < stats["median"] < 1e6  # S and M: 4 + 4
+
 
 def test_rescore_renders_prompt_and_appends_eos(tiny: tuple) -> None:
     from groupwise.analysis.perplexity import completion_mean_logp, rescore

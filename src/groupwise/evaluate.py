@@ -494,7 +494,7 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         problems = load_problems(config)
         pending = count_pending(config, problems, args.output)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ImportError) as err:
         raise SystemExit(f"eval: {err}") from err
     generator = prompt_fn = logp_fn = None
     if pending:  # a rerun with everything sampled only rewrites the results: no model needed
