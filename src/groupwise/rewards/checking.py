@@ -9,8 +9,9 @@ then equivalence, cheapest test first:
 3. math-verify (`parse` of each side wrapped in `\\boxed{}`, `verify(gold, answer)`): fractions
    vs decimals, radicals, intervals, tuples, sets in any order, units and `\\text{}`, degrees,
    percents, `x = 3` forms, symbolic equivalence;
-4. when math-verify cannot parse a side: case-insensitive text comparison, and the verdict says
-   "unparsed" in its detail so that it is counted (see `summarize`).
+4. when math-verify reads no expression on a side (`0.\\overline{3}`, plain words): a
+   case-insensitive text comparison, and the verdict's detail starts with "unparsed" so that
+   it is counted (see `summarize`) and logged.
 
 A gold that is a single option letter A-E (AQUA-RAT) is compared with `extract_choice`.
 
@@ -94,16 +95,21 @@ class Verdict:
 
 _SPACING = re.compile(r"\\left|\\right|\\[,;:! ]|\s+")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|textrm|mbox)\s*\{([^{}]*)\}")
-_DECIMAL = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)$")
+_DECIMAL = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
 _INTEGER = re.compile(r"^[-+]?\d+$")
 _SCIENTIFIC = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:,\\!|,\\,|\{,\}|\\,)(?=\d{3}(?!\d))")
+_DANGLING_POINT = re.compile(r"(?<=\d)\.(?=/)")
 
 
 def _normalize(answer: str) -> str:
     """One side of a comparison made ready for math-verify: no `$` math delimiters, no `\\$`
-    currency, a Unicode minus as "-", and "4.5e33" written as `4.5\\times 10^{33}`."""
+    currency, a Unicode minus as "-", no LaTeX thousands separators (`5,\\!525`, `1\\,000`,
+    `10{,}000`: math-verify reads `1\\,000` as 1*0), no dangling decimal point ("-1./3"), and
+    "4.5e33" written as `4.5\\times 10^{33}`."""
     text = _UNESCAPED_DOLLAR.sub("", answer.replace("\\$", "")).replace("\u2212", "-").strip()
+    text = _DANGLING_POINT.sub("", _LATEX_THOUSANDS.sub("", text))
     scientific = _SCIENTIFIC.match(text)
     if scientific:
         text = f"{scientific.group(1)}\\times 10^{{{scientific.group(2)}}}"
@@ -128,6 +134,12 @@ def _parse(text: str) -> tuple[Any, ...]:
     return tuple(parse(f"\\boxed{{{text}}}", extraction_config=config, parsing_timeout=None))
 
 
+def _has_expression(parsed: tuple[Any, ...]) -> bool:
+    """Whether math-verify read a sympy object (it returns only the raw string when it cannot,
+    e.g. for `0.\\overline{3}`)."""
+    return any(not isinstance(item, str) for item in parsed)
+
+
 def answers_equivalent(answer: str, gold: str) -> tuple[bool, str]:
     """(equivalent, how) for an extracted answer and a gold answer (both strings).
 
@@ -147,13 +159,13 @@ def answers_equivalent(answer: str, gold: str) -> tuple[bool, str]:
         if _INTEGER.match(_squash(answer)) and _INTEGER.match(_squash(gold)):
             return False, "numeric"
     gold_parsed, answer_parsed = _parse(gold), _parse(answer)
-    if gold_parsed and answer_parsed:
+    if _has_expression(gold_parsed) and _has_expression(answer_parsed):
         from math_verify import verify
 
         return bool(verify(list(gold_parsed), list(answer_parsed), timeout_seconds=None)), (
             "math-verify"
         )
-    side = "answer" if not answer_parsed else "gold"
+    side = "answer" if not _has_expression(answer_parsed) else "gold"
     return _as_text(answer) == _as_text(gold), f"{UNPARSED} {side}: compared as text"
 
 

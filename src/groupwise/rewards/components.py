@@ -40,6 +40,7 @@ __all__ = [
     "component_names",
     "correct_value",
     "get_component",
+    "matches_strict_format",
     "parse_confidence",
     "register_component",
 ]
@@ -111,8 +112,15 @@ STRICT_FORMAT = re.compile(
     r"<analysis>\s*[\s\S]*?\s*</analysis>\s*"
     r"<confidence>\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\s*</confidence>\Z"
 )
-"""The strict AMIR-GRPO format, matched with `.match` on the stripped completion."""
+"""The strict AMIR-GRPO format as a regex, for `.match` on the stripped completion. Its lazy
+blocks backtrack polynomially on a near-miss, so `strict_format` decides the same language
+with three linear searches instead (tests check both agree)."""
 
+_THINK_TO_ANSWER = re.compile(r"</think>\s*<answer>")
+_ANSWER_TO_ANALYSIS = re.compile(r"</answer>\s*<analysis>")
+_FORMAT_TAIL = re.compile(
+    r"</analysis>\s*<confidence>\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\s*</confidence>\Z"
+)
 _TAGS = (
     "<think>",
     "</think>",
@@ -123,7 +131,6 @@ _TAGS = (
     "<confidence>",
     "</confidence>",
 )
-_CONFIDENCE = re.compile(r"<confidence>(.*?)</confidence>", re.DOTALL)
 _CONFIDENCE_VALUE = re.compile(r"([-+]?\d*\.?\d+)\s*(%)?")
 _INTEGER_ANSWER = re.compile(r"^[-+]?\d+(?:\.0+)?$")
 
@@ -135,14 +142,37 @@ def parse_confidence(completion: str) -> float | None:
     values outside [0, 1] are clipped (as the official code, which reads only a bare number:
     "0.8 (fairly sure)" and "85%" give it its default 0.5).
     """
-    block = _CONFIDENCE.search(completion)
-    if block is None:
+    opening = completion.find("<confidence>")
+    closing = completion.find("</confidence>", opening) if opening >= 0 else -1
+    if closing < 0:
         return None
-    value = _CONFIDENCE_VALUE.search(block.group(1))
+    value = _CONFIDENCE_VALUE.search(completion, opening + len("<confidence>"), closing)
     if value is None:
         return None
     p = float(value.group(1)) / (100.0 if value.group(2) else 1.0)
     return min(1.0, max(0.0, p))
+
+
+def matches_strict_format(completion: str) -> bool:
+    """Whether the stripped completion matches `STRICT_FORMAT`, in linear time.
+
+    The lazy blocks of the regex accept anything, so the completion matches iff it starts
+    with `<think>`, has a `</think>\\s*<answer>` after that, a `</answer>\\s*<analysis>` after
+    the first such, and ends with `</analysis>\\s*<confidence> p </confidence>` after that (the
+    leftmost choice of each junction leaves the most room for the rest; the tail holds the
+    last `</analysis>`).
+    """
+    text = completion.strip()
+    if not text.startswith("<think>"):
+        return False
+    think_end = _THINK_TO_ANSWER.search(text, len("<think>"))
+    if think_end is None:
+        return False
+    answer_end = _ANSWER_TO_ANALYSIS.search(text, think_end.end())
+    if answer_end is None:
+        return False
+    tail = text.rfind("</analysis>")
+    return tail >= answer_end.end() and _FORMAT_TAIL.match(text, tail) is not None
 
 
 @register_component("correctness", correct_value=2.0)
@@ -160,7 +190,7 @@ def binary(completion: str, verdict: Verdict) -> float:
 @register_component("format")
 def strict_format(completion: str, verdict: Verdict) -> float:
     """0.5 when the whole completion is the four AMIR-GRPO blocks in order, else 0."""
-    return 0.5 if STRICT_FORMAT.match(completion.strip()) else 0.0
+    return 0.5 if matches_strict_format(completion) else 0.0
 
 
 @register_component("integer")

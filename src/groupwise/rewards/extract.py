@@ -34,9 +34,9 @@ __all__ = [
     "strip_reasoning",
 ]
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox|framebox)(?![A-Za-z])")
+_OPTIONAL_ARGUMENT = re.compile(r"\[[^\]\n]{0,40}\]")
+_BOX_TOKEN = re.compile(r"[^\s$]+")
 # "the answer is X", "Final answer: X", "answer = X"; "the answer depends on" does not match.
 _ANSWER_PHRASE = re.compile(r"\banswer\b\s*(?:is\b\s*:?|:|=)[ \t]*", re.IGNORECASE)
 _HASH_ANSWER = re.compile(r"####[ \t]*([^\n]*)")
@@ -50,92 +50,120 @@ _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _CURRENCY = re.compile(r"^\\?\$\s*(?=[-\d.])")
 # A number followed by plain words ("18 dollars", "5 apples per day"): the words are dropped.
 # Short words stay (units math-verify knows, like "cm") and so do connectives of a list.
-_NUMBER_THEN_WORDS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s+((?:[A-Za-z]{3,}\s*)+)$")
+_NUMBER_THEN_WORDS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s+([A-Za-z]{3,}(?:\s+[A-Za-z]{3,})*)$")
 _KEEP_WORDS = frozenset({"and", "or", "not", "times", "plus", "minus", "over", "sqrt", "mod"})
 
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textrm|mbox)\s*\{([^{}]*)\}")
 _CHOICE_FORM = re.compile(r"^\(?([A-E])\)?(?:$|[\s.:)\]]|\\)")
 # Case-insensitive words, but the letter itself must be a capital ("the answer is a number").
+# No two adjacent optional-whitespace runs: a failed match must not backtrack quadratically.
 _CHOICE_PHRASE = re.compile(
-    r"(?i:\banswer\b\s*(?:is\b\s*:?|:|=)|\b(?:option|choice)\b(?:\s+is)?\s*:?)"
-    r"\s*\(?([A-E])(?![A-Za-z])"
+    r"(?i:\banswer\b\s*(?:is\b|[:=])|\b(?:option|choice)\b(?:\s+is\b)?)"
+    r"\s*(?::\s*)?\(?([A-E])(?![A-Za-z])"
 )
 _CHOICE_GOLD = re.compile(r"^\(?([A-E])\)?$")
 
 
 def strip_reasoning(text: str) -> str:
     """`text` without its reasoning: `<think>` blocks, text before a stray `</think>`, and
-    everything from an unclosed `<think>` on."""
-    text = _THINK_BLOCK.sub(" ", text)
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    if "<think>" in text:
-        text = text.split("<think>", 1)[0]
-    return text
-
-
-def _box_spans(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, content) of every outermost box command in `text`, in order.
-
-    Braces are counted with `\\{` and `\\}` (literal braces in LaTeX) ignored; a box whose
-    braces never close (a truncated completion) is skipped. `\\boxed 5` (no braces) reads one
-    token; `\\framebox[w]{...}` skips the optional argument.
-    """
-    spans: list[tuple[int, int, str]] = []
+    everything from an unclosed `<think>` on. Linear time (str.find, no lazy regex)."""
+    kept = []
     pos = 0
     while True:
-        match = _BOX_COMMAND.search(text, pos)
-        if match is None:
-            return spans
-        i = match.end()
-        while i < len(text) and text[i] in " \t":
-            i += 1
-        if text.startswith("[", i):
-            close = text.find("]", i)
-            i = close + 1 if close >= 0 else i
-        if i >= len(text):
-            return spans
-        if text[i] != "{":
-            token = re.match(r"[^\s$]+", text[i:])
-            if token and match.end() < i:
-                spans.append((match.start(), i + token.end(), token.group(0)))
-                pos = i + token.end()
-            else:
-                pos = match.end()
+        opening = text.find("<think>", pos)
+        if opening < 0:
+            kept.append(text[pos:])
+            break
+        kept.append(text[pos:opening])
+        closing = text.find("</think>", opening)
+        if closing < 0:
+            break
+        kept.append(" ")
+        pos = closing + len("</think>")
+    remaining = "".join(kept)
+    return remaining.rsplit("</think>", 1)[1] if "</think>" in remaining else remaining
+
+
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Index of each `{` -> index of its matching `}`, in one pass; `\\{` and `\\}` (literal
+    braces in LaTeX) are skipped, unmatched braces left out."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            i += 2
             continue
-        depth, j = 0, i
-        while j < len(text):
-            char = text[j]
-            if char == "\\":
-                j += 2
-                continue
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            j += 1
-        if depth != 0:
-            pos = match.end()
-            continue
-        spans.append((match.start(), j + 1, text[i + 1 : j]))
-        pos = j + 1
+        if char == "{":
+            stack.append(i)
+        elif char == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
+
+
+def _box_at(text: str, pairs: dict[int, int], start: int) -> tuple[int, int, int] | None:
+    """(end, content_start, content_end) of the box command that starts at `start`, or None
+    when it has no argument (a `{` that never closes: a truncated completion).
+
+    `\\boxed 5` (no braces) reads one token; `\\framebox[w]{...}` skips the optional argument.
+    """
+    match = _BOX_COMMAND.match(text, start)
+    if match is None:
+        return None
+    i = match.end()
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    spaced = i > match.end()
+    option = _OPTIONAL_ARGUMENT.match(text, i)
+    if option:
+        i = option.end()
+    if i >= len(text):
+        return None
+    if text[i] == "{":
+        close = pairs.get(i)
+        return None if close is None else (close + 1, i + 1, close)
+    # A bare token only as "\\boxed 5"; "\\boxed\\boxed..." has no argument (no scan ahead).
+    if not spaced or option:
+        return None
+    token = _BOX_TOKEN.match(text, i)
+    return None if token is None else (token.end(), i, token.end())
 
 
 def find_boxed(text: str) -> list[str]:
     """Contents of the outermost boxes of `text`, in order; a box that only wraps another box
-    (`\\boxed{\\boxed{5}}`) is unwrapped to the inner content."""
+    (`\\boxed{\\boxed{5}}`) is unwrapped to the inner content. Linear time."""
+    pairs = _brace_pairs(text)
     contents = []
-    for _, _, content in _box_spans(text):
+    pos = 0
+    for match in _BOX_COMMAND.finditer(text):
+        if match.start() < pos:
+            continue  # inside the previous outermost box
+        box = _box_at(text, pairs, match.start())
+        if box is None:
+            continue
+        pos, content_start, content_end = box
         while True:
-            inner = _box_spans(content.strip())
-            if len(inner) == 1 and inner[0][0] == 0 and inner[0][1] == len(content.strip()):
-                content = inner[0][2]
-            else:
+            inner_start = _skip_spaces(text, content_start, content_end)
+            inner = _box_at(text, pairs, inner_start)
+            if inner is None or _skip_spaces_back(text, content_start, content_end) != inner[0]:
                 break
-        contents.append(content)
+            _, content_start, content_end = inner
+        contents.append(text[content_start:content_end])
     return contents
+
+
+def _skip_spaces(text: str, start: int, end: int) -> int:
+    while start < end and text[start].isspace():
+        start += 1
+    return start
+
+
+def _skip_spaces_back(text: str, start: int, end: int) -> int:
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return end
 
 
 def last_boxed(text: str) -> str | None:
@@ -151,22 +179,33 @@ def answer_region(completion: str) -> tuple[str, bool]:
     reads to the end), else the whole completion; reasoning removed in both cases.
     """
     text = strip_reasoning(completion)
-    blocks = _ANSWER_BLOCK.findall(text)
-    last_open = text.rfind("<answer>")
-    if last_open >= 0 and text.find("</answer>", last_open) < 0:
-        return text[last_open + len("<answer>") :], True
-    if blocks:
-        return blocks[-1], True
-    return text, False
+    opening = text.rfind("<answer>")
+    if opening < 0:
+        return text, False
+    start = opening + len("<answer>")
+    closing = text.find("</answer>", start)
+    return (text[start:] if closing < 0 else text[start:closing]), True
+
+
+def _find_closing(text: str, right: str, start: int) -> int:
+    """Index of the first `right` at or after `start` that is not escaped (`\\$` is a dollar
+    sign, not a delimiter); -1 if none."""
+    while (found := text.find(right, start)) >= 0:
+        if found == 0 or text[found - 1] != "\\" or right.startswith("\\"):
+            return found
+        start = found + 1
+    return -1
 
 
 def _strip_math_delimiters(text: str) -> str:
     for left, right in _MATH_DELIMITERS:
-        if text.startswith(left) and text.endswith(right) and len(text) >= len(left + right):
-            inner = text[len(left) : len(text) - len(right)]
-            # "$5$ and $6$" is two spans, not one wrapped in dollars.
-            if left not in inner:
-                return inner.strip()
+        # "$5$ and $6$" is two spans, not one wrapped in dollars.
+        if (
+            text.startswith(left)
+            and len(text) >= len(left + right)
+            and _find_closing(text, right, len(left)) == len(text) - len(right)
+        ):
+            return text[len(left) : len(text) - len(right)].strip()
     return text
 
 
@@ -198,7 +237,7 @@ def _phrase_value(rest: str) -> str:
     rest = rest.strip()
     for left, right in _MATH_DELIMITERS:
         if rest.startswith(left):
-            close = rest.find(right, len(left))
+            close = _find_closing(rest, right, len(left))
             if close > 0:
                 return rest[len(left) : close]
     end = _SENTENCE_END.search(rest)

@@ -1,0 +1,171 @@
+"""Final-answer extraction (groupwise.rewards.extract): where a careful grader looks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from groupwise.rewards.extract import (
+    answer_region,
+    clean_answer,
+    extract_answer,
+    extract_choice,
+    find_boxed,
+    gold_choice,
+    last_boxed,
+    strip_reasoning,
+)
+
+EXTRACTION_CASES = [
+    # <answer> block wins; reasoning inside <think> never counts
+    ("<think>maybe \\boxed{3}</think><answer>\\boxed{5}</answer>", "5"),
+    ("<think>it is 3</think> The answer is 7.", "7"),
+    ("the prompt opened <think>; reasoning \\boxed{1} </think> final \\boxed{12}", "12"),
+    ("<think> never finished, \\boxed{4}", None),
+    ("<answer>\\boxed{1}</answer> retry <answer>\\boxed{2}</answer>", "2"),
+    ("<answer> 3/4 </answer>", "3/4"),
+    ("<answer>The answer is 8 </answer>", "8"),
+    ("<answer> x = 2 </answer> <confidence>0.9</confidence>", "x = 2"),
+    ("<answer> \\boxed{7}", "7"),  # truncated after the box: unclosed block reads to the end
+    ("<answer> \\boxed{12 ", None),  # truncated inside the box
+    # boxes: last one, balanced braces, nesting, escaped braces, \fbox, no braces
+    ("\\boxed{\\frac{1}{2}} and later \\boxed{\\frac{3}{4}}", "\\frac{3}{4}"),
+    ("\\boxed{\\boxed{5}}", "5"),
+    ("\\boxed{x = \\frac{\\sqrt{3}}{2}}", "x = \\frac{\\sqrt{3}}{2}"),
+    ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),
+    ("so \\fbox{9}", "9"),
+    ("\\boxed 5", "5"),
+    ("\\boxed{$5$}", "5"),
+    ("\\boxed{12.}", "12"),
+    ("$\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}$.", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+    ("\\boxed{} and 3", "3"),  # an empty box is no answer: the last number is
+    # #### N
+    ("#### 1,234", "1234"),
+    ("#### $18", "18"),
+    ("#### 42\n", "42"),
+    ("Step 1 gives 40.\n#### 42 apples", "42"),
+    # "the answer is", "Final answer:"
+    ("The answer is $\\frac{1}{2}$.", "\\frac{1}{2}"),
+    ("Final Answer: The final answer is 42. I hope it is correct.", "42"),
+    ("Final answer: 3.5", "3.5"),
+    ("The answer is: \\(x = 2\\)", "x = 2"),
+    ("The answer is 18 dollars.", "18"),
+    ("So the answer is 5, 6", "5, 6"),
+    ("the answer depends on x; in the end x is 4", "4"),
+    # the last number, as a last resort
+    ("She has 5 apples and then 7 apples.", "7"),
+    ("so x=-5", "-5"),
+    ("so 10-5 = 5", "5"),
+    ("the ratio is 3/4", "3/4"),
+    ("it costs $1,000,000 in total", "1000000"),
+    ("the value is 0.25", "0.25"),
+    ("no number here", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("completion", "expected"), EXTRACTION_CASES)
+def test_extract_answer(completion: str, expected: str | None) -> None:
+    assert extract_answer(completion) == expected
+
+
+CHOICE_CASES = [
+    ("\\boxed{C}", "C"),
+    ("\\boxed{\\text{(A)}}", "A"),
+    ("\\boxed{(D) 42}", "D"),
+    ("The answer is (B).", "B"),
+    ("Answer: E", "E"),
+    ("I pick option D", "D"),
+    ("The correct choice is B", "B"),
+    ("Comparing them...\nC) 42", "C"),
+    ("<answer> E </answer>", "E"),
+    ("#### C", "C"),
+    ("<think>The answer is A</think> The answer is C.", "C"),
+    ("the answer is a number", None),  # lowercase "a" is a word, not an option
+    ("\\boxed{42}", None),
+    ("no letter at all", None),
+]
+
+
+@pytest.mark.parametrize(("completion", "expected"), CHOICE_CASES)
+def test_extract_choice(completion: str, expected: str | None) -> None:
+    assert extract_choice(completion) == expected
+
+
+@pytest.mark.parametrize(
+    ("gold", "expected"),
+    [
+        ("C", "C"),
+        ("(C)", "C"),
+        ("\\text{(C)}", "C"),
+        ("$B$", "B"),
+        ("F", None),
+        ("10", None),
+        ("CD", None),
+        ("c", None),
+    ],
+)
+def test_gold_choice(gold: str, expected: str | None) -> None:
+    assert gold_choice(gold) == expected
+
+
+def test_find_boxed_outermost_in_order() -> None:
+    text = "\\boxed{1} then \\fbox{\\boxed{2}} then \\boxed{a{b}c} and \\boxed{open"
+    assert find_boxed(text) == ["1", "2", "a{b}c"]
+    assert last_boxed("no box") is None
+
+
+def test_strip_reasoning_forms() -> None:
+    assert strip_reasoning("<think>a</think>b<think>c</think>d") == " b d"
+    assert strip_reasoning("a</think>b") == "b"
+    assert strip_reasoning("a<think>b") == "a"
+
+
+def test_answer_region_last_block() -> None:
+    assert answer_region("<answer>1</answer><answer>2</answer>") == ("2", True)
+    assert answer_region("no block") == ("no block", False)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("$5$", "5"),
+        ("$$\\frac12$$", "\\frac12"),
+        ("\\[ 3 \\]", "3"),
+        ("12.", "12"),
+        ("\\$18", "18"),
+        ("1,000", "1000"),
+        ("1, 2", "1, 2"),
+        ("5 apples and pears", "5 apples and pears"),
+        ("$5$ and $6$", "$5$ and $6$"),
+        ("  ", None),
+    ],
+)
+def test_clean_answer(raw: str, expected: str | None) -> None:
+    assert clean_answer(raw) == expected
+
+
+HUGE_INPUTS = {
+    "thousands": "1," * 50_000 + "2",
+    "unclosed braces": "{" * 50_000 + "\\boxed{" + "{" * 50_000,
+    "nested boxes": "\\boxed{" * 20_000 + "}" * 20_000,
+    "bare box commands": "\\boxed" * 20_000,
+    "optional arguments": "\\framebox[a]" * 20_000,
+    "answer tags": "<answer>" * 20_000,
+    "think tags": "<think>" * 20_000,
+    "answer phrases": "the answer is " * 20_000,
+    "option then spaces": "option" + " " * 100_000,
+    "digits": "9" * 100_000 + "x",
+    "number then words": "5 " + "abc" * 30_000 + "1",
+}
+
+
+@pytest.mark.parametrize("name", HUGE_INPUTS)
+def test_extraction_is_linear_on_huge_inputs(name: str) -> None:
+    # Each input once made a regex or a scan quadratic (seconds to minutes); all are ~0.1 s now.
+    text = HUGE_INPUTS[name]
+    start = time.perf_counter()
+    extract_answer(text)
+    extract_choice(text)
+    assert time.perf_counter() - start < 1.5
