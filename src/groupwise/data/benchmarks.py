@@ -244,8 +244,12 @@ def _records(data_dir: Path | None, folder: str, split: str, hub: _Hub) -> Itera
 _GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 
 
+_MATH_DOLLAR = re.compile(r"(?<!\\)\$")
+
+
 def _strip_dollars(text: str) -> str:
-    return text.replace("$", "").strip()
+    """`text` without `$` math delimiters; an escaped `\\$` (a dollar sign) stays."""
+    return _MATH_DOLLAR.sub("", text).strip()
 
 
 def _number_text(record: _Record, value: Any) -> str:
@@ -271,7 +275,9 @@ def _boxed_answer(record: _Record, solution_field: str) -> str | None:
     if not isinstance(solution, str):
         raise record.error(f"field {solution_field!r} must be a string, got {solution!r}")
     answer = last_boxed(solution)
-    if answer is None or not answer.strip():
+    # A box can straddle math spans: Minerva's "x_{0} \\cos (\\omega t)+$ $\\dot{x}_{0} ...".
+    answer = _strip_dollars(answer) if answer is not None else None
+    if not answer:
         logger.warning(
             "%s line %d: no non-empty \\boxed{...} answer in %r; record skipped",
             record.source,
@@ -279,7 +285,7 @@ def _boxed_answer(record: _Record, solution_field: str) -> str | None:
             solution_field,
         )
         return None
-    return answer.strip()
+    return answer
 
 
 def _text(record: _Record, *names: str) -> str:

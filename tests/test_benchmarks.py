@@ -1,0 +1,248 @@
+"""Benchmark loaders (groupwise.data.benchmarks) on the offline copies in ../shared/data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from groupwise.data import (
+    BenchmarkFormatError,
+    Problem,
+    benchmark_names,
+    benchmark_splits,
+    load_benchmark,
+    register_benchmark,
+)
+from groupwise.data import benchmarks as benchmarks_module
+from groupwise.rewards import check_answers, summarize
+
+# (name, split) -> (records, gold answers of the first three records). Counts from the data
+# README; golds read from the files by hand (the loader's mapping is what is under test).
+EXPECTED = {
+    ("gsm8k", "train"): (7473, ["72", "10", "5"]),
+    ("gsm8k", "test"): (1319, ["18", "3", "70000"]),
+    # 7500 records; lines 5530 and 5532 end in an empty \boxed{} and are skipped (no gold).
+    ("math", "train"): (7498, ["0", "8+4i", "36"]),
+    ("math", "test"): (5000, ["2", "\\frac{1}{2}", "5"]),
+    ("math500", "test"): (500, ["\\left( 3, \\frac{\\pi}{2} \\right)", "p - q", "\\frac{14}{3}"]),
+    ("aime24", "test"): (30, ["204", "113", "371"]),
+    ("aime25", "test"): (30, ["70", "588", "16"]),  # 70.0, 588.0, 16.0 in the file
+    ("amc23", "test"): (40, ["27", "36", "45"]),  # 27.0, 36.0, 45.0 in the file
+    ("olympiadbench", "test"): (675, ["2", "\\frac{1}{2 n+2}", "2^{1009}"]),
+    ("minerva", "test"): (272, ["1.6", "4.5e33", "41.8"]),
+    ("aqua", "test"): (254, ["A", "E", "A"]),
+    ("livemathbench", "AMC_en"): (46, ["2", "246", "21"]),
+    ("livemathbench", "CCEE_en"): (44, ["-3", "\\{2,5\\}", "-3"]),
+    ("livemathbench", "CNMO_en"): (18, ["4049", "[-\\frac{1}{4}, 0) \\cup (0, 2)", "7"]),
+    ("livemathbench", "WLPMC_en"): (11, ["n=18", "\\pm 1/n!", "r=\\frac{\\pi}{2}"]),
+    ("livemathbench", "hard_en"): (21, ["591", "(-\\infty,-1)\\cup(6,+\\infty)", "291"]),
+}
+
+
+@pytest.mark.parametrize(("name", "split"), list(EXPECTED))
+def test_counts_and_first_golds(name: str, split: str, data_dir: Path) -> None:
+    count, golds = EXPECTED[(name, split)]
+    problems = load_benchmark(name, split, data_dir=data_dir)
+    assert len(problems) == count
+    assert [p.answer for p in problems[:3]] == golds
+    assert len({p.id for p in problems}) == count
+    assert all(p.id.startswith(f"{name}/") for p in problems)
+    assert all(p.question.strip() and p.answer.strip() for p in problems)
+    # No `$` math delimiters left in a gold (an escaped `\$`, a dollar sign, may stay).
+    assert not any(re.search(r"(?<!\\)\$", p.answer) for p in problems)
+
+
+def test_every_registered_name_and_split_is_covered() -> None:
+    covered = {(name, split) for name, split in EXPECTED}
+    for name in benchmark_names():
+        if name == "arith":  # generated, no files (groupwise.data.synthetic)
+            continue
+        assert {(name, s) for s in benchmark_splits(name)} <= covered, name
+
+
+def test_registered_names() -> None:
+    assert set(benchmark_names()) >= {
+        "gsm8k", "math", "math500", "aime24", "aime25", "amc23", "olympiadbench", "minerva",
+        "aqua", "livemathbench", "arith",
+    }  # fmt: skip
+
+
+# Every gold of these sets must be judged correct against itself in a box: this exercises
+# extraction (balanced braces, \left/\right, sets, units) and the normalisation of both sides.
+SELF_CHECKED = [
+    ("gsm8k", "test"),
+    ("math500", "test"),
+    ("aime24", "test"),
+    ("aime25", "test"),
+    ("amc23", "test"),
+    ("minerva", "test"),
+    ("olympiadbench", "test"),
+    ("livemathbench", "AMC_en"),
+    ("livemathbench", "CCEE_en"),
+    ("livemathbench", "CNMO_en"),
+    ("livemathbench", "WLPMC_en"),
+    ("livemathbench", "hard_en"),
+]
+
+
+def test_golds_judged_correct_against_themselves(data_dir: Path) -> None:
+    problems = [p for n, s in SELF_CHECKED for p in load_benchmark(n, s, data_dir=data_dir)]
+    completions = [f"Reasoning... so the answer is $\\boxed{{{p.answer}}}$." for p in problems]
+    verdicts = check_answers(completions, [p.answer for p in problems], workers=2)
+    failures = [
+        (p.id, p.answer, v) for p, v in zip(problems, verdicts, strict=True) if not v.correct
+    ]
+    assert failures == []
+    assert summarize(verdicts)["correct"] == len(problems)
+
+
+def test_aqua_maps_options_to_choices(data_dir: Path) -> None:
+    problem = load_benchmark("aqua", data_dir=data_dir)[2]
+    assert problem.choices == ["36", "15", "17", "5", "7"]  # file: ["A)36", "B)15", ...]
+    assert problem.answer == "A"
+    assert load_benchmark("aqua", data_dir=data_dir)[1].choices == ["$61", "$65", "$67.40", "$70",
+                                                                   "$78.20"]  # fmt: skip
+
+
+def test_olympiadbench_joins_multiple_answers_and_keeps_unit(data_dir: Path) -> None:
+    problems = {p.id: p for p in load_benchmark("olympiadbench", data_dir=data_dir)}
+    # final_answer ['$\\angle B E A_{1}=90$,$\\angle A E B_{1}=90$'] (line 32), unit ^{\\circ}
+    problem = problems["olympiadbench/1760"]
+    assert problem.answer == "\\angle B E A_{1}=90,\\angle A E B_{1}=90"
+    assert problem.meta["unit"] == "^{\\circ}"
+    assert problem.meta["is_multiple_answer"] in (True, False)
+
+
+def test_gsm8k_keeps_the_worked_solution(data_dir: Path) -> None:
+    problem = load_benchmark("gsm8k", "test", data_dir=data_dir)[0]
+    assert problem.meta["solution"].endswith("#### 18")
+    assert problem.question.startswith("Janet")
+
+
+def test_default_split(data_dir: Path) -> None:
+    assert benchmark_splits("livemathbench")[0] == "AMC_en"
+    assert len(load_benchmark("livemathbench", data_dir=data_dir)) == 46
+    assert len(load_benchmark("gsm8k", data_dir=data_dir)) == 1319  # default "test"
+
+
+def test_env_variable_is_the_default_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "aime25").mkdir()
+    (tmp_path / "aime25" / "test.jsonl").write_text(
+        json.dumps({"id": "7", "question": "Q?", "answer": 0.5}) + "\n"
+    )
+    monkeypatch.setenv("GROUPWISE_DATA", str(tmp_path))
+    [problem] = load_benchmark("aime25")
+    assert problem == Problem("aime25/7", "Q?", "0.5", None, {})  # a non-integral float stays
+
+
+def test_unknown_names_and_splits(data_dir: Path) -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown benchmark 'gsm9k'; valid benchmarks: \[.*'gsm8k'"
+    ):
+        load_benchmark("gsm8k".replace("8", "9"), data_dir=data_dir)
+    with pytest.raises(ValueError, match=r"no split 'test'; valid splits: \['AMC_en', 'CCEE_en'"):
+        load_benchmark("livemathbench", "test", data_dir=data_dir)
+    with pytest.raises(
+        ValueError, match=r"no split 'validation'; valid splits: \['train', 'test'\]"
+    ):
+        load_benchmark("gsm8k", "validation", data_dir=data_dir)
+
+
+def _write(tmp_path: Path, folder: str, split: str, lines: list[str]) -> Path:
+    (tmp_path / folder).mkdir(exist_ok=True)
+    path = tmp_path / folder / f"{split}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "folder", "lines", "message"),
+    [
+        ("gsm8k", "gsm8k", ['{"question": "q", "answer": "#### 1"}', '{"question": "q"}'],
+         "line 2: missing field 'answer'"),
+        ("gsm8k", "gsm8k", ['{"question": "q", "answer": "no final line"}'],
+         "line 1: field 'answer' has no '#### N' final answer"),
+        ("aime25", "aime25", ['{"id": 1, "question": "q", "answer": 1}', "{not json"],
+         "line 2: invalid JSON"),
+        ("aime25", "aime25", ['["a list"]'], "line 1: expected a JSON object"),
+        ("amc23", "amc23", ['{"id": 1, "question": "q", "answer": true}'],
+         "line 1: answer True is not a number"),
+        ("aqua", "aqua",
+         ['{"question": "q", "options": ["A)1", "C)2"], "correct": "A"}'],
+         "line 1: option 1 is 'C)2'; expected it to start with 'B)'"),
+        ("aqua", "aqua",
+         ['{"question": "q", "options": ["A)1", "B)2"], "correct": "D"}'],
+         "line 1: field 'correct' is 'D'; expected one of ['A', 'B']"),
+        ("olympiadbench", "olympiadbench",
+         ['{"id": 1, "question": "q", "final_answer": []}'],
+         "line 1: field 'final_answer' must be a list of strings"),
+        ("math500", "math500", ['{"problem": "q", "answer": ""}'],
+         "line 1: field 'answer' must be a non-empty string"),
+    ],
+)  # fmt: skip
+def test_malformed_records_name_file_and_line(
+    tmp_path: Path, name: str, folder: str, lines: list[str], message: str
+) -> None:
+    path = _write(tmp_path, folder, "test", lines)
+    with pytest.raises(BenchmarkFormatError, match="^" + re.escape(f"{path} {message}")):
+        load_benchmark(name, "test", data_dir=tmp_path)
+
+
+def test_solution_without_box_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(
+        tmp_path,
+        "minerva_math",
+        "test",
+        ['{"problem": "q1", "solution": "so \\\\boxed{}", "idx": 0}',
+         '{"problem": "q2", "solution": "so \\\\boxed{4}", "idx": 1}'],
+    )  # fmt: skip
+    problems = load_benchmark("minerva", data_dir=tmp_path)
+    assert [(p.id, p.answer) for p in problems] == [("minerva/1", "4")]
+    assert f"{path} line 1: no non-empty \\boxed{{...}} answer" in caplog.text
+
+
+def test_missing_file_explains_the_layout(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"aime24/test.jsonl not found.*GROUPWISE_DATA"):
+        load_benchmark("aime24", data_dir=tmp_path)
+
+
+def test_hub_fallback_needs_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GROUPWISE_DATA", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'groupwise\[hub\]'.*GROUPWISE_DATA"):
+        load_benchmark("gsm8k")
+
+
+def test_register_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(benchmarks_module, "_REGISTRY", dict(benchmarks_module._REGISTRY))
+    seen = {}
+
+    @register_benchmark("toy", splits=("train", "dev"))
+    def load_toy(data_dir: Path | None, split: str, size: int = 1) -> list[Problem]:
+        seen.update(data_dir=data_dir, split=split)
+        return [Problem(f"toy/{i}", f"{i}+1?", str(i + 1)) for i in range(size)]
+
+    assert benchmark_splits("toy") == ("train", "dev")  # no "test": the first is the default
+    assert [p.answer for p in load_benchmark("toy", size=2, data_dir="/nowhere")] == ["1", "2"]
+    assert seen == {"data_dir": Path("/nowhere"), "split": "train"}
+    with pytest.raises(ValueError, match="'toy' is already registered"):
+        register_benchmark("toy")(load_toy)
+    with pytest.raises(ValueError, match="default_split 'test' is not one of"):
+        register_benchmark("toy2", splits=("a",), default_split="test")
+
+
+def test_problem_is_frozen_with_its_own_meta() -> None:
+    first, second = Problem("a", "q", "1"), Problem("b", "q", "2")
+    assert first.meta == {} and first.meta is not second.meta
+    assert first.choices is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.answer = "2"  # type: ignore[misc]
