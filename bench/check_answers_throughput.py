@@ -98,7 +98,12 @@ def main() -> int:
     lines = [
         "| run | answers | seconds | answers/s |",
         "|---|---|---|---|",
-        *(f"| {name} | {k} | {s:.3f} | {k / s:.0f} |" for name, k, s in rows),
+        *(
+            f"| {name} | {k} | {s:.3f} | {k / s:.0f} |"
+            if k > 1
+            else f"| {name} | {k} | {s:.3f} | - |"
+            for name, k, s in rows
+        ),
     ]
     table = "\n".join(lines)
     verdict_lines = "\n".join(f"- {name}: {counts}" for name, counts in summaries.items())
@@ -106,7 +111,8 @@ def main() -> int:
     print(verdict_lines)
     machine = (
         f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
-        f"Python {platform.python_version()}"
+        f"Python {platform.python_version()}; load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (other jobs share the CPUs)"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
