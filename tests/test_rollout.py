@@ -168,6 +168,10 @@ def test_shapes_padding_and_group_major_order(tiny) -> None:
     assert rollouts.truncated.shape == (12,) and rollouts.truncated.dtype == torch.bool
     assert len(rollouts) == 12 and rollouts.num_prompts == 3 and rollouts.group_size == n
     assert rollouts.prompt_index.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    # Built outside inference mode, so the trainer may use them in autograd.
+    tensors = [rollouts.prompt_ids, rollouts.prompt_mask, rollouts.completion_ids]
+    tensors += [rollouts.completion_mask, rollouts.truncated]
+    assert not any(t.is_inference() for t in tensors)
 
     # Greedy: every sample of prompt i equals prompt i generated alone, so rows i*n..i*n+n-1
     # belong to prompt i; a small batch_size (several chunks) changes nothing.

@@ -21,7 +21,13 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from groupwise.rollout.types import Rollouts, SamplingParams
 
-__all__ = ["TransformersGenerator", "sample_next_tokens", "stop_token_ids", "top_p_filter"]
+__all__ = [
+    "TransformersGenerator",
+    "cache_kwarg",
+    "sample_next_tokens",
+    "stop_token_ids",
+    "top_p_filter",
+]
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -94,7 +100,7 @@ class TransformersGenerator:
         self.pad_token_id = int(pad)
         self.add_special_tokens = add_special_tokens
         self.progress = progress
-        self._cache_kwarg = _cache_kwarg(model)
+        self._cache_kwarg = cache_kwarg(model)
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts:
         """n completions for each prompt, group-major, as Rollouts."""
@@ -172,7 +178,7 @@ class TransformersGenerator:
 
         rows = logits.shape[0]
         device = logits.device
-        eos = torch.tensor(self.eos_token_ids, device=device)
+        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
         tokens = torch.full((rows, sampling.max_new_tokens), self.pad_token_id, device=device)
         lengths = torch.full((rows,), -1, device=device)
         row_of = torch.arange(rows, device=device)  # batch entry -> output row
@@ -258,7 +264,7 @@ def sample_next_tokens(
     return torch.searchsorted(cdf, target, right=True).squeeze(1)
 
 
-def _cache_kwarg(model: torch.nn.Module) -> str:
+def cache_kwarg(model: torch.nn.Module) -> str:
     """Name of the forward argument that takes the KV cache: `cache` in recent transformers,
     `past_key_values` before (looked up on the base model under a peft wrapper)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
