@@ -1,1 +1,222 @@
-"""Synthetic verifiable arithmetic tasks (the learning testbed); filled in by its own change."""
+"""Synthetic verifiable arithmetic tasks: the learning testbed's benchmark "arith".
+
+A problem is a chain of integer operations applied left to right to a start value::
+
+    question: "Start with 47, add 38, multiply by 6, subtract 72. What is the result?"
+    solution: "47+38=85\\n85*6=510\\n510-72=438\\n#### 438"
+    answer:   "438"
+
+The worked solution has one line per operation and ends with ``#### N``, the GSM8K form that
+``groupwise.rewards.extract_answer`` reads. Every value stays a non-negative integer:
+a subtraction never takes more than the current value (when the current value is below the
+smallest operand of the level, the step becomes an addition instead).
+
+Difficulty levels (``level=``); ``ops=`` and ``digits=`` override the level's numbers:
+
+    =====  ===  ======  ==========  =====================================================
+    level  ops  digits  operations  note
+    =====  ===  ======  ==========  =====================================================
+    easy   2    1       + -         start and operands 1..9
+    mid    3    2       + - *       start and +/- operands 10..99, at most one * (2..9)
+    hard   4    2       + - *       start and +/- operands 10..99, at most two * (2..9)
+    =====  ===  ======  ==========  =====================================================
+
+``ops`` is the number of operations, ``digits`` the digit count of the start value and of the
+addition/subtraction operands; a multiplier is always one digit, 2..9, so values stay small
+enough for a tiny character-level model.
+
+Splits: the question space is partitioned by a stable hash of the question text (20 % test,
+80 % train), so the train and test splits never share a question whatever their seeds and
+sizes. Inside one split the problems are deduplicated. The same (split, level, ops, digits,
+seed, size) gives the same problems on every machine and Python version (``random.Random``
+seeded with a string).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from groupwise.data.benchmarks import Problem, register_benchmark
+
+SPLITS = ("train", "test")
+TEST_PERCENT = 20
+_MULTIPLIERS = (2, 9)
+_OP_WORDS = {"+": "add", "-": "subtract", "*": "multiply by"}
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """Difficulty knobs of one level: number of operations, operand digits, allowed operators,
+    and the most multiplications one problem may hold."""
+
+    ops: int
+    digits: int
+    operators: str
+    max_multiplications: int
+
+
+LEVELS: dict[str, LevelSpec] = {
+    "easy": LevelSpec(ops=2, digits=2, operators="+-", max_multiplications=0),
+    "mid": LevelSpec(ops=3, digits=2, operators="+-*", max_multiplications=1),
+    "hard": LevelSpec(ops=4, digits=2, operators="+-*", max_multiplications=2),
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation of a chain: ``operator`` in "+-*" and its operand."""
+
+    operator: str
+    operand: int
+
+
+def apply_step(value: int, step: Step) -> int:
+    """The value after applying ``step`` to ``value``."""
+    if step.operator == "+":
+        return value + step.operand
+    if step.operator == "-":
+        return value - step.operand
+    if step.operator == "*":
+        return value * step.operand
+    raise ValueError(f"unknown operator {step.operator!r}; valid: + - *")
+
+
+def render_question(start: int, steps: list[Step]) -> str:
+    """The question text, e.g. "Start with 7, add 5, subtract 3. What is the result?"."""
+    clauses = [f"Start with {start}"] + [f"{_OP_WORDS[s.operator]} {s.operand}" for s in steps]
+    return ", ".join(clauses) + ". What is the result?"
+
+
+def worked_solution(start: int, steps: list[Step]) -> tuple[str, int]:
+    """The step-by-step computation ending in ``#### N`` and the final value N."""
+    lines = []
+    value = start
+    for step in steps:
+        new_value = apply_step(value, step)
+        lines.append(f"{value}{step.operator}{step.operand}={new_value}")
+        value = new_value
+    lines.append(f"#### {value}")
+    return "\n".join(lines), value
+
+
+def split_of(question: str) -> str:
+    """The split a question belongs to: a stable hash of its text puts TEST_PERCENT % in "test"."""
+    digest = hashlib.sha256(question.encode("utf-8")).digest()
+    return "test" if int.from_bytes(digest[:8], "big") % 100 < TEST_PERCENT else "train"
+
+
+def resolve_level(level: str, ops: int | None = None, digits: int | None = None) -> LevelSpec:
+    """The LevelSpec of ``level`` with ``ops``/``digits`` overrides applied and checked."""
+    if level not in LEVELS:
+        raise ValueError(f"arith: unknown level {level!r}; valid levels: {sorted(LEVELS)}")
+    spec = LEVELS[level]
+    ops = spec.ops if ops is None else ops
+    digits = spec.digits if digits is None else digits
+    if not isinstance(ops, int) or ops < 1:
+        raise ValueError(f"arith: ops must be an integer >= 1, got {ops!r}")
+    if not isinstance(digits, int) or not 1 <= digits <= 9:
+        raise ValueError(f"arith: digits must be an integer in 1..9, got {digits!r}")
+    return LevelSpec(ops, digits, spec.operators, spec.max_multiplications)
+
+
+def _draw_chain(rng: random.Random, spec: LevelSpec) -> tuple[int, list[Step]]:
+    low = 1 if spec.digits == 1 else 10 ** (spec.digits - 1)
+    high = 10**spec.digits - 1
+    value = rng.randint(low, high)
+    start = value
+    steps: list[Step] = []
+    multiplications = 0
+    for _ in range(spec.ops):
+        allowed = [
+            op for op in spec.operators if op != "*" or multiplications < spec.max_multiplications
+        ]
+        operator = rng.choice(allowed)
+        if operator == "-" and value < low:
+            operator = "+"
+        if operator == "*":
+            step = Step("*", rng.randint(*_MULTIPLIERS))
+            multiplications += 1
+        elif operator == "-":
+            step = Step("-", rng.randint(low, min(high, value)))
+        else:
+            step = Step("+", rng.randint(low, high))
+        steps.append(step)
+        value = apply_step(value, step)
+    return start, steps
+
+
+def generate_problems(
+    split: str = "test",
+    *,
+    level: str = "mid",
+    size: int = 500,
+    seed: int = 0,
+    ops: int | None = None,
+    digits: int | None = None,
+) -> list[Problem]:
+    """``size`` distinct arithmetic problems of ``split`` at ``level``, deterministic in ``seed``.
+
+    Each ``Problem`` has ``answer`` the final integer as a string and ``meta`` with "level",
+    "solution" (the worked solution), "ops", "digits", "split", "seed". Raises ValueError when
+    the split of this level holds fewer than ``size`` distinct questions.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"arith: unknown split {split!r}; valid splits: {list(SPLITS)}")
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"arith: size must be an integer >= 1, got {size!r}")
+    spec = resolve_level(level, ops, digits)
+    rng = random.Random(f"arith|{split}|{level}|{spec.ops}|{spec.digits}|{seed}")
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    # Rejection sampling; a level with a small question space (easy) runs out of new questions
+    # long before this bound, which turns an endless loop into a clear error.
+    max_draws = 1000 + 200 * size
+    for _ in range(max_draws):
+        if len(problems) == size:
+            break
+        start, steps = _draw_chain(rng, spec)
+        question = render_question(start, steps)
+        if question in seen or split_of(question) != split:
+            continue
+        seen.add(question)
+        solution, answer = worked_solution(start, steps)
+        problems.append(
+            Problem(
+                id=f"arith-{level}-o{spec.ops}d{spec.digits}-{split}-s{seed}-{len(problems):05d}",
+                question=question,
+                answer=str(answer),
+                meta={
+                    "level": level,
+                    "solution": solution,
+                    "ops": spec.ops,
+                    "digits": spec.digits,
+                    "split": split,
+                    "seed": seed,
+                },
+            )
+        )
+    if len(problems) < size:
+        raise ValueError(
+            f"arith: found only {len(problems)} distinct {split} questions at level {level!r} "
+            f"(ops={spec.ops}, digits={spec.digits}) for size={size}; ask for fewer or raise "
+            f"ops/digits"
+        )
+    return problems
+
+
+@register_benchmark("arith", splits=SPLITS)
+def load_arith(
+    split: str = "test",
+    data_dir: object = None,
+    *,
+    level: str = "mid",
+    size: int = 500,
+    seed: int = 0,
+    ops: int | None = None,
+    digits: int | None = None,
+) -> list[Problem]:
+    """Loader of the "arith" benchmark; needs no files (``data_dir`` is ignored)."""
+    del data_dir
+    return generate_problems(split, level=level, size=size, seed=seed, ops=ops, digits=digits)
