@@ -339,6 +339,8 @@ def test_default_taxonomy_and_bad_taxonomy(tmp_path: Path) -> None:
      (1, "answer extraction/format")),
     ("{'step': 4, 'type': 'wrong formulation'}", (4, "wrong formulation")),
     ('{"step": 2.0, "type": "arithmetic slip"}', (2, "arithmetic slip")),
+    # prose naming exactly one step and one type (a small local judge answered this)
+    ('The first erroneous step is "problem misreading" (step 1).', (1, "problem misreading")),
 ])
 def test_parse_judgement_accepts(reply: str, expected: tuple[int, str]) -> None:
     got = errors.parse_judgement(reply, num_steps=4, taxonomy=TAXONOMY)
@@ -352,6 +354,9 @@ def test_parse_judgement_accepts(reply: str, expected: tuple[int, str]) -> None:
     ('{"step": 2, "type": "bad vibes"}', "not in the taxonomy"),
     ('{"step": "two", "type": "arithmetic slip"}', "not an integer"),
     ('{"step": 2.5, "type": "arithmetic slip"}', "not an integer"),
+    # prose with two candidate steps or two types is ambiguous
+    ("Step 1 looks fine, step 2 has an arithmetic slip.", "no step/type"),
+    ("Step 2: a logical leap or an arithmetic slip.", "no step/type"),
 ])
 def test_parse_judgement_rejects(reply: str, why: str) -> None:
     with pytest.raises(errors.JudgeAnswerError, match=why):

@@ -170,19 +170,20 @@ class JudgeTransportError(RuntimeError):
 
 _STEP_RE = re.compile(r"""["']?step["']?\s*[:=]\s*["']?(\d+)""", re.I)
 _TYPE_RE = re.compile(r"""["']?(?:error_)?type["']?\s*[:=]\s*["']([^"'\n]+)["']""", re.I)
+_PROSE_STEP_RE = re.compile(r"\bstep\s*(?:#|no\.?|number)?\s*(\d+)", re.I)
 
 
 def parse_judgement(text: str, num_steps: int, taxonomy: Sequence[ErrorType]) -> Judgement:
     """Read {"step": k, "type": "..."} out of a judge's reply.
 
     Tolerates text or code fences around the object, key case, "error_type" for "type", a step
-    given as a string, and (as a fallback for almost-JSON such as single quotes) the two
-    fields found by pattern. The type must name a taxonomy entry (compared ignoring case,
-    spaces, '_' and '-'); the step must lie in 1..num_steps. Raises JudgeAnswerError saying
-    what is wrong.
+    given as a string; as fallbacks, almost-JSON (e.g. single quotes: the two fields found by
+    pattern), then prose that names exactly one step number ("step 3") and exactly one
+    taxonomy type. The type must name a taxonomy entry (compared ignoring case, spaces, '_'
+    and '-'); the step must lie in 1..num_steps. Raises JudgeAnswerError saying what is wrong.
     """
     names = {_norm(t.name): t.name for t in taxonomy}
-    fields = _json_fields(text) or _pattern_fields(text)
+    fields = _json_fields(text) or _pattern_fields(text) or _prose_fields(text, names)
     if fields is None:
         raise JudgeAnswerError(f"no step/type fields in the reply: {text[:120]!r}")
     raw_step, raw_type = fields
@@ -217,6 +218,13 @@ def _json_fields(text: str) -> tuple[Any, Any] | None:
 def _pattern_fields(text: str) -> tuple[str, str] | None:
     step, kind = _STEP_RE.search(text), _TYPE_RE.search(text)
     return (step.group(1), kind.group(1)) if step and kind else None
+
+
+def _prose_fields(text: str, names: Mapping[str, str]) -> tuple[str, str] | None:
+    steps = set(_PROSE_STEP_RE.findall(text))
+    flat = _norm(text)
+    kinds = [name for key, name in names.items() if key in flat]
+    return (steps.pop(), kinds[0]) if len(steps) == 1 and len(kinds) == 1 else None
 
 
 class Judge(Protocol):
