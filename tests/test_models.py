@@ -269,7 +269,9 @@ def test_smollm2_conversion_and_cache(monkeypatch, tmp_path: Path) -> None:
     if not (models.cache_dir() / models._SMOLLM2_MODEL_DIR).is_dir():
         monkeypatch.setenv("GROUPWISE_CACHE", str(tmp_path))
     cache = models.cache_dir()
+    state = torch.get_rng_state()
     model, tokenizer = load_model("smollm2-135m-instruct")
+    assert torch.equal(torch.get_rng_state(), state)  # conversion or not, the RNG is untouched
     folder = cache / models._SMOLLM2_MODEL_DIR
     assert (folder / "model.safetensors").is_file()
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no scratch folders

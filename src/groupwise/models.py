@@ -195,7 +195,7 @@ def _load_tiny_random(
     *, dtype: torch.dtype | None, seed: int
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """2-layer Llama (hidden 64, 4 heads of which 2 key/value, MLP 128) over SmolLM2's
-    vocabulary; the same seed gives the same weights, and the global RNG is left untouched."""
+    vocabulary; the same seed gives the same weights."""
     tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir())
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -210,9 +210,8 @@ def _load_tiny_random(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+    torch.manual_seed(seed)  # load_model forks the global RNG around every loader
+    model = LlamaForCausalLM(config)
     if dtype is not None:
         model.to(dtype)
     return model, tokenizer
@@ -328,12 +327,15 @@ def load_model(
         seed, then the adapter on top), or a hub id.
     dtype: "float32" | "bfloat16" | "float16" | "auto" (the checkpoint's own).
     device: a torch device string ("cpu", "cuda", "cuda:1", ...).
-    seed: only for randomly initialised aliases (tiny-random).
+    seed: only for randomly initialised aliases (tiny-random). The global RNG is left as it was.
 
     The model is returned in eval mode; the tokenizer pads on the left and has a pad token.
     """
     torch_dtype = _resolve_dtype(dtype)
-    model, tokenizer = _load_any(name, dtype=torch_dtype, seed=seed)
+    # Loading never moves the caller's RNG: random initialisation (tiny-random, or the one-off
+    # GGUF conversion) would otherwise make a seeded run differ between first and later loads.
+    with torch.random.fork_rng(devices=[]):
+        model, tokenizer = _load_any(name, dtype=torch_dtype, seed=seed)
     if torch_dtype is not None:
         model.to(torch_dtype)
     model.to(torch.device(device))
