@@ -147,8 +147,10 @@ def _box_stats(values: Sequence[float]) -> dict[str, float | int | None]:
             "mean": float(x.mean())}
 
 
-def plot_perplexity(ppl: Mapping[str, Mapping[str, Sequence[float]]], path: Path) -> Path:
-    """One panel per stratum, one box per run (ppl[stratum][run] = rollout perplexities)."""
+def plot_perplexity(ppl: Mapping[str, Mapping[str, Sequence[float]]], path: Path,
+                    problems: Mapping[str, int] | None = None) -> Path:
+    """One panel per stratum, one box per run (ppl[stratum][run] = rollout perplexities);
+    `problems[stratum]`, when given, is shown in the panel title."""
     from groupwise.analysis.figures import new_figure, save_figure, series_colors
 
     fig, axes = new_figure(width=4.5 * len(ppl), height=4, ncols=len(ppl), sharey=True)
@@ -159,7 +161,11 @@ def plot_perplexity(ppl: Mapping[str, Mapping[str, Sequence[float]]], path: Path
         for patch, color in zip(parts["boxes"], series_colors(len(names)), strict=True):
             patch.set_facecolor(color)
             patch.set_alpha(0.5)
-        ax.set_title(stratum)
+        count = f" ({problems[stratum]} problems)" if problems else ""
+        ax.set_title(stratum + count)
+        if not any(len(v) for v in per_run.values()):
+            ax.text(0.5, 0.5, "no problems in this stratum", transform=ax.transAxes,
+                    ha="center", va="center", color="grey")
         ax.set_ylabel("PPL_m(Y | x)")
     return save_figure(fig, path)
 
@@ -241,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         writer = csv.writer(f)
         writer.writerow(["run", "stratum", "benchmark", "problem_id", "sample", "ppl"])
         writer.writerows(rows)
-    plot_perplexity(ppl, out / "perplexity.png")
+    plot_perplexity(ppl, out / "perplexity.png", {s: len(k) for s, k in split.items()})
     for stratum, per in ppl.items():
         print(f"{stratum}: {len(split[stratum])} problems")
         for name, values in per.items():
