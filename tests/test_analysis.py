@@ -529,3 +529,11 @@ def test_errors_command_with_local_judge_counts_garbage(tmp_path: Path) -> None:
     assert grpo["solutions"] == 3 and grpo["judged"] == 0 and grpo["judge_failures"] == 3
     records = [json.loads(line) for line in (out / "judgements.jsonl").read_text().splitlines()]
     assert records and all(r["attempts"] == 1 and r["step"] is None for r in records)
+
+
+@pytest.mark.parametrize("analysis", ["perplexity", "coverage", "margin", "errors", "--help"])
+def test_analyze_help(analysis: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["analyze", "--help"] if analysis == "--help" else ["analyze", analysis, "--help"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli(argv)
+    assert exit_info.value.code == 0 and "usage: groupwise analyze" in capsys.readouterr().out

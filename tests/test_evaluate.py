@@ -185,6 +185,12 @@ def test_config_validation_and_presets() -> None:
         16, (1, 2, 4, 8, 16), 0.8, ("math500", "livemathbench:hard_en"))
 
 
+def test_eval_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["eval", "--help"])
+    assert exit_info.value.code == 0 and "--preset {amir,lens}" in capsys.readouterr().out
+
+
 def test_resolve_adapter_layouts(tmp_path: Path) -> None:
     def adapter(folder: Path) -> Path:
         folder.mkdir(parents=True)

@@ -81,6 +81,12 @@ def test_report_errors(tmp_path: Path) -> None:
         read_metrics(bad / "metrics.jsonl")
 
 
+def test_report_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["report", "--help"])
+    assert exit_info.value.code == 0 and "usage: groupwise report" in capsys.readouterr().out
+
+
 def test_eval_tables_missing_cells() -> None:
     tables = eval_tables({"a": _results(0.5, 0.75),
                           "b": {"aime25": {"pass@1": 0.0, "pass@1_ci": [0.0, 0.0]}}})

@@ -13,7 +13,7 @@ ANALYSES: dict[str, tuple[str, str]] = {
     "perplexity": ("groupwise.analysis.perplexity",
                    "PPL of rollouts under their own model, jointly solvable vs unsolved (Fig. 3)"),
     "coverage": ("groupwise.analysis.coverage",
-                 "solvable-set partition across 2-6 runs, % of the union (Table 2)"),
+                 "solvable-set partition across 2-6 runs, %% of the union (Table 2)"),
     "margin": ("groupwise.analysis.margin",
                "per-problem log-prob margin of correct over incorrect completions (Fig. 4)"),
     "errors": ("groupwise.analysis.errors",
