@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -214,7 +215,7 @@ def score_rollouts(bench: str, chunk: Sequence[Problem], rollouts: Rollouts,
             benchmark=bench, problem_id=problem.id, sample=row % n, completion=text,
             extracted=verdicts[row].extracted, verdict=verdicts[row].status,
             tokens=int(lengths[row]), truncated=bool(truncated[row]),
-            mean_logp=None if logp is None or logp != logp or lengths[row] == 0 else float(logp),
+            mean_logp=None if logp is None or math.isnan(logp) or lengths[row] == 0 else logp,
             confidence=parse_confidence(text), gold=problem.answer))
     return out
 
@@ -262,7 +263,7 @@ def evaluate(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
                     continue
                 if generator is None or prompt_fn is None:
                     raise ValueError(f"{len(chunk)} problem(s) of {bench} need sampling but no "
-                                     "generator was given")
+                                     "generator or prompt_fn was given")
                 sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                           max_new_tokens=config.max_new_tokens,
                                           seed=chunk_seed(config.seed, bench, index))
