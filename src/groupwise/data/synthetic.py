@@ -13,17 +13,20 @@ smallest operand of the level, the step becomes an addition instead).
 
 Difficulty levels (``level=``); ``ops=`` and ``digits=`` override the level's numbers:
 
-    =====  ===  ======  ==========  =====================================================
-    level  ops  digits  operations  note
-    =====  ===  ======  ==========  =====================================================
-    easy   2    1       + -         start and operands 1..9
-    mid    3    2       + - *       start and +/- operands 10..99, at most one * (2..9)
-    hard   4    2       + - *       start and +/- operands 10..99, at most two * (2..9)
-    =====  ===  ======  ==========  =====================================================
+    =====  ===  ======  ==========  ====================================================
+    level  ops  digits  operations  values
+    =====  ===  ======  ==========  ====================================================
+    easy   3    1       + -         start and operands 1..9; results up to 36
+    mid    5    1       + -         start and operands 1..9; results up to 54
+    hard   6    1       + - *       as mid, plus at most one multiplication by 2..9
+    =====  ===  ======  ==========  ====================================================
 
-``ops`` is the number of operations, ``digits`` the digit count of the start value and of the
-addition/subtraction operands; a multiplier is always one digit, 2..9, so values stay small
-enough for a tiny character-level model.
+``ops`` is the number of operations and ``digits`` the digit count of the start value and of
+the addition/subtraction operands (``digits=2``: 10..99); a multiplier is always one digit,
+2..9. The levels are sized for the testbed's tiny character-level policy (``groupwise.sft``):
+a chain of one-digit steps is what it can learn in minutes on a CPU, each extra operation is
+one more chance to slip, and multiplication is a skill it barely learns, so accuracy falls
+from easy to hard. Question spaces: easy about 30,000 questions, mid and hard millions.
 
 Splits: the question space is partitioned by a stable hash of the question text (20 % test,
 80 % train), so the train and test splits never share a question whatever their seeds and
@@ -42,6 +45,7 @@ from groupwise.data.benchmarks import Problem, register_benchmark
 
 SPLITS = ("train", "test")
 TEST_PERCENT = 20
+MAX_MISSES = 20_000
 _MULTIPLIERS = (2, 9)
 _OP_WORDS = {"+": "add", "-": "subtract", "*": "multiply by"}
 
@@ -58,9 +62,9 @@ class LevelSpec:
 
 
 LEVELS: dict[str, LevelSpec] = {
-    "easy": LevelSpec(ops=2, digits=2, operators="+-", max_multiplications=0),
-    "mid": LevelSpec(ops=3, digits=2, operators="+-*", max_multiplications=1),
-    "hard": LevelSpec(ops=4, digits=2, operators="+-*", max_multiplications=2),
+    "easy": LevelSpec(ops=3, digits=1, operators="+-", max_multiplications=0),
+    "mid": LevelSpec(ops=5, digits=1, operators="+-", max_multiplications=0),
+    "hard": LevelSpec(ops=6, digits=1, operators="+-*", max_multiplications=1),
 }
 
 
@@ -170,16 +174,16 @@ def generate_problems(
     rng = random.Random(f"arith|{split}|{level}|{spec.ops}|{spec.digits}|{seed}")
     problems: list[Problem] = []
     seen: set[str] = set()
-    # Rejection sampling; a level with a small question space (easy) runs out of new questions
-    # long before this bound, which turns an endless loop into a clear error.
-    max_draws = 1000 + 200 * size
-    for _ in range(max_draws):
-        if len(problems) == size:
-            break
+    misses = 0
+    # Rejection sampling. A small question space (few ops and digits) runs dry: after
+    # MAX_MISSES draws in a row without a new question of this split, report it.
+    while len(problems) < size and misses < MAX_MISSES:
         start, steps = _draw_chain(rng, spec)
         question = render_question(start, steps)
         if question in seen or split_of(question) != split:
+            misses += 1
             continue
+        misses = 0
         seen.add(question)
         solution, answer = worked_solution(start, steps)
         problems.append(
