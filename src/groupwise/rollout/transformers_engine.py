@@ -7,10 +7,21 @@ prefill saves (n - 1) prompt passes per prompt compared with `model.generate(
 num_return_sequences=n)`, which prefills every copy; rows that finished are dropped from the
 batch once they make up a quarter of it, so a few long completions do not drag the short
 ones along.
+
+Inference copy (optional, what the trainer uses): decoding runs on a plain copy of the policy
+with its LoRA adapters merged into the weights, optionally in another dtype (bfloat16 on CPUs
+with avx512_bf16 or on GPUs). Every decoded token then costs one matmul per linear layer
+instead of three plus the adapter's elementwise work, and bfloat16 halves the weight traffic
+of the memory-bound decode steps. The copy follows the policy: before each `generate` call, the
+weights whose tensors changed since the last refresh (torch's in-place version counters: an
+optimizer step bumps them) are merged and copied again, so it can never sample from stale
+weights. The training weights are never touched (no merge / unmerge round trip whose rounding
+would drift them).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import time
 from collections.abc import Sequence
@@ -22,6 +33,7 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 from groupwise.rollout.types import Rollouts, SamplingParams
 
 __all__ = [
+    "InferenceCopy",
     "TransformersGenerator",
     "cache_kwarg",
     "sample_next_tokens",
@@ -74,6 +86,10 @@ class TransformersGenerator:
         prompts, so a whole group always shares one batch (at least n rows).
     eos_token_ids: ids that end a completion; default `stop_token_ids(model, tokenizer)`.
     progress: show a tqdm bar (rows done, tokens/s), for long evaluation runs.
+    inference_copy: decode with a copy of `model` whose LoRA adapters are merged into its
+        weights, in `dtype` (module docstring). Costs one more copy of the weights in `dtype`.
+        A model without adapters is copied only when `dtype` differs from its own.
+    dtype: dtype of the inference copy; None keeps the model's.
     """
 
     def __init__(
@@ -85,6 +101,8 @@ class TransformersGenerator:
         eos_token_ids: Sequence[int] | None = None,
         add_special_tokens: bool = False,
         progress: bool = False,
+        inference_copy: bool = False,
+        dtype: torch.dtype | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -100,14 +118,37 @@ class TransformersGenerator:
         self.pad_token_id = int(pad)
         self.add_special_tokens = add_special_tokens
         self.progress = progress
+        self._copy = InferenceCopy(model, dtype) if inference_copy else None
+        if self._copy is not None and self._copy.model is model:
+            self._copy = None  # nothing to merge or cast: decode with the model itself
         self._cache_kwarg = cache_kwarg(model)
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts:
-        """n completions for each prompt, group-major, as Rollouts."""
+    @property
+    def decoder_model(self) -> torch.nn.Module:
+        """The model that decodes: the inference copy when there is one, else `model`."""
+        return self.model if self._copy is None else self._copy.model
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int,
+        sampling: SamplingParams,
+        prompt_seeds: Sequence[int] | None = None,
+    ) -> Rollouts:
+        """n completions for each prompt, group-major, as Rollouts.
+
+        Each prompt's samples draw from their own random stream, seeded by prompt_seeds[i]
+        when given, else by sampling.seed and the prompt's index (a fresh seed when
+        sampling.seed is None). A prompt's completions therefore do not depend on which other
+        prompts share the call or the batch: what lets several training processes, each with
+        its own questions, sample exactly what one process would (up to float rounding).
+        """
         if isinstance(prompts, str) or not prompts:
             raise ValueError("prompts must be a non-empty list of strings")
         if n < 1:
             raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
+        if prompt_seeds is not None and len(prompt_seeds) != len(prompts):
+            raise ValueError(f"{len(prompt_seeds)} prompt_seeds for {len(prompts)} prompts")
         encoded = self.tokenizer(
             list(prompts), add_special_tokens=self.add_special_tokens, padding=False
         )["input_ids"]
@@ -116,12 +157,13 @@ class TransformersGenerator:
             raise ValueError(
                 f"prompts {empty[:5]} encode to no tokens; a prompt needs at least one"
             )
+        if self._copy is not None:
+            self._copy.refresh()
         device = next(self.model.parameters()).device
-        rng = torch.Generator(device=device)
-        if sampling.seed is None:
-            rng.seed()
-        else:
-            rng.manual_seed(sampling.seed)
+        if prompt_seeds is None:
+            first_seed = torch.Generator().seed() if sampling.seed is None else sampling.seed
+            prompt_seeds = [(first_seed * 1_000_003 + i) % 2**63 for i in range(len(prompts))]
+        streams = [torch.Generator(device=device).manual_seed(int(s)) for s in prompt_seeds]
 
         per_chunk = max(1, self.batch_size // n)
         chunks: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -134,7 +176,11 @@ class TransformersGenerator:
                 for first in range(0, len(encoded), per_chunk):
                     ids, mask = _left_pad(encoded[first : first + per_chunk], self.pad_token_id)
                     tokens, lengths = self._sample(
-                        ids.to(device), mask.to(device), n, sampling, rng
+                        ids.to(device),
+                        mask.to(device),
+                        n,
+                        sampling,
+                        streams[first : first + per_chunk],
                     )
                     chunks.append((tokens.cpu(), lengths.cpu()))
                     new_tokens += int(lengths.sum())
@@ -152,18 +198,19 @@ class TransformersGenerator:
         prompt_mask: torch.Tensor,
         n: int,
         sampling: SamplingParams,
-        rng: torch.Generator,
+        streams: Sequence[torch.Generator],
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decode n samples for each prompt of one chunk.
+        """Decode n samples for each prompt of one chunk, prompt i's from streams[i].
 
         Returns tokens LongTensor[B*n, max_new_tokens] (pad after a row's end) and lengths
         LongTensor[B*n] (tokens generated, EOS included; -1 where no EOS came: truncated).
         """
+        model = self.decoder_model
         positions = (prompt_mask.cumsum(dim=1) - 1).clamp(min=0)
         # The model fills this cache in place; holding it ourselves spares reading it back from
         # an output field whose name changed across transformers versions.
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(
+        cache = DynamicCache(config=model.config)
+        out = model(
             input_ids=prompt_ids,
             attention_mask=prompt_mask,
             position_ids=positions,
@@ -184,7 +231,13 @@ class TransformersGenerator:
         row_of = torch.arange(rows, device=device)  # batch entry -> output row
         live = torch.ones(rows, dtype=torch.bool, device=device)
         for step in range(sampling.max_new_tokens):
-            token = torch.where(live, sample_next_tokens(logits, sampling, rng), self.pad_token_id)
+            # n draws per prompt and step, whether its rows are still live or not, so a
+            # stream's draws never depend on the other prompts of the batch.
+            uniform = torch.cat(
+                [torch.rand(n, generator=g, dtype=torch.float64, device=device) for g in streams]
+            )[row_of]
+            token = sample_next_tokens(logits, sampling, uniform=uniform)
+            token = torch.where(live, token, self.pad_token_id)
             tokens[row_of, step] = token
             stopped = live & torch.isin(token, eos)
             lengths[row_of[stopped]] = step + 1
@@ -202,7 +255,7 @@ class TransformersGenerator:
                 [attention_mask, attention_mask.new_ones(live.numel(), 1)], 1
             )
             position = position + 1
-            out = self.model(
+            out = model(
                 input_ids=token[:, None],
                 attention_mask=attention_mask,
                 position_ids=position[:, None],
@@ -242,11 +295,101 @@ class TransformersGenerator:
         )
 
 
+class InferenceCopy:
+    """A plain (adapter-free) copy of `source` for decoding, LoRA merged in, weights in `dtype`.
+
+    `refresh()` brings it up to date with `source`: every copied tensor whose sources changed
+    since the last refresh (per-tensor in-place version counters) is recomputed, a LoRA layer as
+    W + (alpha / r) B A of its active adapters (peft's own get_delta_weight), anything else
+    copied and cast. With LoRA only the adapters train, so a refresh after an optimizer step
+    costs one small B @ A product per adapted layer and one cast-copy of its weight.
+    """
+
+    def __init__(self, source: torch.nn.Module, dtype: torch.dtype | None = None) -> None:
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer
+
+        self.source = source
+        base = source.get_base_model() if isinstance(source, PeftModel) else source
+        owned = next(base.parameters()).dtype
+        if base is source and dtype in (None, owned):
+            self.model = source
+            self._entries: list[tuple[torch.Tensor, tuple[torch.Tensor, ...], object]] = []
+            return
+        lora_layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
+        if isinstance(source, PeftModel) and not lora_layers:
+            raise ValueError("inference_copy merges LoRA adapters; this peft model has none")
+        for name, layer in lora_layers.items():
+            if any(layer.use_dora.get(a, False) for a in layer.active_adapters):
+                raise ValueError(f"inference_copy does not merge DoRA adapters ({name})")
+        # Built once by peft's own merge (module tree, buffers, tied weights as the base has
+        # them); refreshes after that only recompute what changed.
+        merged = copy.deepcopy(source)
+        if isinstance(merged, PeftModel):
+            merged = merged.merge_and_unload()
+        self.model = merged.to(dtype or owned).eval().requires_grad_(False)
+
+        targets = dict(self.model.named_parameters(remove_duplicate=False))
+        targets.update(self.model.named_buffers(remove_duplicate=False))
+        self._entries = []
+        for name, tensor in [
+            *base.named_parameters(remove_duplicate=False),
+            *base.named_buffers(remove_duplicate=False),
+        ]:
+            if ".lora_" in name:
+                continue  # part of a LoRA layer's merged weight below
+            layer_name, _, leaf = name.replace(".base_layer.", ".").rpartition(".")
+            target = targets[f"{layer_name}.{leaf}"]
+            layer = lora_layers.get(layer_name)
+            if layer is not None and leaf == "weight":
+                adapters = [
+                    t
+                    for a in layer.active_adapters
+                    if a in layer.lora_A
+                    for t in (layer.lora_A[a].weight, layer.lora_B[a].weight)
+                ]
+                self._entries.append((target, (tensor, *adapters), layer))
+            else:
+                self._entries.append((target, (tensor,), None))
+        self._versions = [self._version(sources) for _, sources, _ in self._entries]
+
+    @staticmethod
+    def _version(sources: tuple[torch.Tensor, ...]) -> tuple[int, ...]:
+        return tuple(t._version for t in sources)
+
+    @torch.no_grad()
+    def refresh(self) -> int:
+        """Recompute the copied tensors whose sources changed; returns how many were."""
+        changed = 0
+        for k, (target, sources, layer) in enumerate(self._entries):
+            version = self._version(sources)
+            if version == self._versions[k]:
+                continue
+            value = sources[0]
+            if layer is not None and not layer.merged and not layer.disable_adapters:
+                value = value + sum(
+                    layer.get_delta_weight(a).to(value.dtype)
+                    for a in layer.active_adapters
+                    if a in layer.lora_A
+                )
+            target.copy_(value)
+            self._versions[k] = version
+            changed += 1
+        return changed
+
+
 def sample_next_tokens(
-    logits: torch.Tensor, sampling: SamplingParams, rng: torch.Generator
+    logits: torch.Tensor,
+    sampling: SamplingParams,
+    rng: torch.Generator | None = None,
+    *,
+    uniform: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Next token per row from logits [B, V]: argmax at temperature 0, else one draw from
     softmax(logits / temperature) after the top-p filter. Returns LongTensor[B].
+
+    The draw uses one uniform number per row: `uniform` (float64 [B] in [0, 1)) when given,
+    else drawn from `rng`.
 
     Draws by inverting the float64 CDF with one uniform number per row: exact to float64
     rounding, never picks a token of probability 0, and costs one cumsum where
@@ -258,7 +401,10 @@ def sample_next_tokens(
         scaled = top_p_filter(scaled, sampling.top_p)
     cdf = scaled.softmax(dim=-1, dtype=torch.float64).cumsum(dim=-1)
     total = cdf[:, -1:]
-    uniform = torch.rand(total.shape, generator=rng, dtype=torch.float64, device=cdf.device)
+    if uniform is None:
+        uniform = torch.rand(total.shape, generator=rng, dtype=torch.float64, device=cdf.device)
+    else:
+        uniform = uniform.to(torch.float64).reshape(total.shape)
     # Keep the target strictly below the last CDF value, so some token always lies above it.
     target = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True).squeeze(1)
