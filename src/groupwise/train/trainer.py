@@ -16,6 +16,16 @@ when the KL term or AMIR with a reference needs it.
 Micro-batches hold whole groups: advantages, LENS difficulty and AMIR pairs are all computed
 within a group, so a micro-batch can compute them itself from its own forward pass, and the
 pooled means of the full batch are recovered by weighting each micro-batch's loss by its share.
+Each group's prompt runs through the model once, its key/value cache shared by the group's
+completions (groupwise.scoring); generation runs on a merged (optionally bfloat16) inference
+copy of the policy (groupwise.rollout), so the decode loop pays no adapter matmuls.
+
+Several processes (torchrun / accelerate launch; groupwise.train.distributed): each takes its
+own questions of the step, so groups never straddle processes; every share above is taken of
+the GLOBAL batch (completions, tokens, pairs), so summing the processes' gradients (one
+all-reduce before clipping) gives the gradient of the whole batch, and the k-th micro-batches
+of all processes feed AdaptiveLambda together, so lambda is the same everywhere. Rank 0 writes
+the logs, checkpoints and the final model.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +58,14 @@ from groupwise.algorithms import (
     sequence_mean_logp,
 )
 from groupwise.data import load_benchmark, render_prompt
-from groupwise.models import LoraSettings, attach_lora, load_model, reference_policy, save_merged
+from groupwise.models import (
+    DTYPES,
+    LoraSettings,
+    attach_lora,
+    load_model,
+    reference_policy,
+    save_merged,
+)
 from groupwise.rewards import RewardSuite, Scores, correct_value
 from groupwise.rollout import Rollouts, SamplingParams, TransformersGenerator
 from groupwise.scoring import completion_logprobs
@@ -60,8 +78,22 @@ from groupwise.train.checkpoint import (
     set_rng_state,
 )
 from groupwise.train.config import Config, save_config
+from groupwise.train.distributed import Distributed
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
 from groupwise.train.sampler import ProblemSampler
+
+# Loss metrics summed over micro-batches (and processes); each is a share of a global count.
+_SUMMED = (
+    "policy_loss",
+    "kl",
+    "preference_loss_sum",
+    "pairs",
+    "pair_logp_margin_sum",
+    "clip_fraction_low",
+    "clip_fraction_high",
+    "clip_fraction",
+    "ratio_mean",
+)
 
 
 @dataclass
@@ -84,13 +116,18 @@ class Trainer:
     def __init__(self, config: Config, resume: bool = False):
         self.config = config
         cfg = config
+        self.dist = Distributed()
+        if cfg.rollout.questions_per_step % self.dist.world_size:
+            raise ValueError(
+                f"rollout.questions_per_step={cfg.rollout.questions_per_step} must be divisible "
+                f"by the number of processes ({self.dist.world_size}): each process takes whole "
+                "groups"
+            )
         self.run_dir = Path(cfg.train.output_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.train.seed)
 
-        device = cfg.model.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = self.dist.device(cfg.model.device)
         model, self.tokenizer = load_model(
             cfg.model.name, dtype=cfg.model.dtype, device=device, seed=cfg.model.seed
         )
@@ -104,17 +141,27 @@ class Trainer:
                     target_modules=cfg.model.lora_target_modules,
                 ),
             )
+        # Dropout off (as TRL's disable_dropout): the log-probs of the loss must be those of the
+        # policy that sampled, and logp_old is recorded from a training forward pass.
+        model.eval()
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
             if cfg.model.lora:
                 model.enable_input_require_grads()
-        # Dropout off (as TRL's disable_dropout): the log-probs of the loss must be those of the
-        # policy that sampled, and logp_old is recorded from a training forward pass.
-        model.eval()
+            # transformers checkpoints layers only in training mode: train mode, dropout at 0.
+            for module in model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+            model.train()
         self.model = model
         self.device = torch.device(device)
+        rollout_dtype = None if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
         self.generator = TransformersGenerator(
-            model, self.tokenizer, batch_size=cfg.rollout.batch_size
+            model,
+            self.tokenizer,
+            batch_size=cfg.rollout.batch_size,
+            inference_copy=cfg.rollout.inference_copy,
+            dtype=rollout_dtype,
         )
         for module in cfg.reward.plugins:
             importlib.import_module(module)
@@ -156,15 +203,19 @@ class Trainer:
         self.step = 0
         resumed = self._resume() if resume else False
         resume_step = self.step if resumed else None
-        self.log = MetricsLog(
-            self.run_dir, tensorboard=cfg.train.tensorboard, resume_step=resume_step
+        main = self.dist.is_main
+        self.log = (
+            MetricsLog(self.run_dir, tensorboard=cfg.train.tensorboard, resume_step=resume_step)
+            if main
+            else None
         )
         self.rollout_log = (
             JsonlLog(self.run_dir / "rollouts.jsonl", resume_step)
-            if cfg.train.log_rollouts
+            if cfg.train.log_rollouts and main
             else None
         )
-        save_config(cfg, self.run_dir / "config.yaml")
+        if main:
+            save_config(cfg, self.run_dir / "config.yaml")
         self._stop_requested = False
 
     # -----------------------------------------------------------------------------------------
@@ -180,7 +231,7 @@ class Trainer:
         bar = tqdm(
             total=cfg.train.max_steps,
             initial=self.step,
-            disable=not cfg.train.progress,
+            disable=not (cfg.train.progress and self.dist.is_main),
             desc="train",
             unit="step",
             dynamic_ncols=True,
@@ -189,7 +240,10 @@ class Trainer:
             while self.step < cfg.train.max_steps and not self._stop_requested:
                 record, samples = self.train_step()
                 self.step += 1
-                self.log.write(record)
+                # A signal may reach one process only; all stop after the same step.
+                self._stop_requested = self.dist.any(self._stop_requested)
+                if self.log is not None:
+                    self.log.write(record)
                 if self.rollout_log is not None:
                     self.rollout_log.write(samples)
                 bar.update(1)
@@ -205,10 +259,12 @@ class Trainer:
                 self.save()
                 bar.write(f"stopped at step {self.step}; resume with --resume")
         bar.close()
-        self.log.close()
-        if self.rollout_log is not None:
-            self.rollout_log.close()
-        return self.export() if self.step >= cfg.train.max_steps else self.run_dir
+        for log in (self.log, self.rollout_log):
+            if log is not None:
+                log.close()
+        final = self.export() if self.step >= cfg.train.max_steps else self.run_dir
+        self.dist.close()
+        return final
 
     def train_step(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """One step: rollout -> score -> advantages -> loss -> update.
@@ -218,29 +274,40 @@ class Trainer:
         cfg = self.config
         t_start = time.perf_counter()
 
+        group_size = cfg.rollout.group_size
         problems = self.sampler.batch(self.step)
-        prompts = [render_prompt(p, cfg.data.prompt, self.tokenizer) for p in problems]
+        mine = self.dist.shard(problems)  # this process's questions (all of them in one)
+        prompts = [render_prompt(p, cfg.data.prompt, self.tokenizer) for p in problems[mine]]
         sampling = SamplingParams(
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p,
             max_new_tokens=cfg.rollout.max_new_tokens,
-            seed=cfg.train.seed * 1_000_003 + self.step,
         )
-        rollouts = self.generator.generate(prompts, cfg.rollout.group_size, sampling)
+        # One random stream per question, keyed by its data position: the same samples
+        # whichever process draws them.
+        position = self.step * cfg.rollout.questions_per_step + mine.start
+        seeds = [cfg.train.seed * 1_000_003 + position + i for i in range(len(prompts))]
+        rollouts = self.generator.generate(prompts, group_size, sampling, prompt_seeds=seeds)
         t_generated = time.perf_counter()
 
-        golds = [p.answer for p in problems for _ in range(cfg.rollout.group_size)]
-        scores = self.rewards.score(rollouts.texts, golds)
+        golds = [p.answer for p in problems[mine] for _ in range(group_size)]
+        local_scores = self.rewards.score(rollouts.texts, golds)
+        # Advantages, pairs and metrics are taken over the whole batch of every process.
+        gathered = self.dist.gather((local_scores, rollouts.texts, rollouts.truncated))
+        scores = _concat_scores([g[0] for g in gathered])
+        texts = [text for g in gathered for text in g[1]]
+        truncated = torch.cat([g[2] for g in gathered])
         t_scored = time.perf_counter()
 
         update, signals = self._optimize(rollouts, scores)
         t_trained = time.perf_counter()
 
-        tokens = int(rollouts.completion_mask.sum())
+        tokens = int(self.dist.sum([int(rollouts.completion_mask.sum())])[0])
+        golds = [p.answer for p in problems for _ in range(group_size)]
         samples = {
             "step": self.step + 1,
             "problem_ids": [p.id for p in problems],
-            "completions": rollouts.texts,
+            "completions": texts,
             "golds": golds,
             "correct": scores.correct.tolist(),
             "reward_columns": {k: v.tolist() for k, v in scores.columns.items()},
@@ -251,10 +318,10 @@ class Trainer:
         metrics = {
             "step": self.step + 1,
             "epoch": self.sampler.epoch(self.step + 1),
-            **_reward_metrics(scores, cfg.rollout.group_size),
+            **_reward_metrics(scores, group_size),
             **update,
-            "completion_length_mean": tokens / len(rollouts.texts),
-            "truncated_fraction": float(rollouts.truncated.float().mean()),
+            "completion_length_mean": tokens / len(texts),
+            "truncated_fraction": float(truncated.float().mean()),
             "completion_tokens": tokens,
             "seconds_generation": t_generated - t_start,
             "seconds_scoring": t_scored - t_generated,
@@ -326,14 +393,19 @@ class Trainer:
     def _optimize(self, rollouts: Rollouts, scores: Scores) -> tuple[dict[str, Any], GroupSignals]:
         """num_iterations optimizer updates on one rollout batch.
 
-        Returns the loss metrics and the batch's signals (advantages, rewards used, pairs).
+        rollouts: this process's completions; scores: those of the whole batch (every
+        process's, in rank order). Returns the loss metrics and the whole batch's signals
+        (advantages, rewards used, pairs).
         """
         cfg = self.config
         algo = cfg.algorithm
-        batch_size = len(rollouts.texts)
-        micro = self._micro_batches(batch_size)
+        group_size = cfg.rollout.group_size
+        local_size = len(rollouts.texts)
+        batch_size = local_size * self.dist.world_size
+        offset = self.dist.rank * local_size  # row of this process's first completion
+        micro = self._micro_batches(local_size)
         mask_all = rollouts.completion_mask.bool()
-        tokens_total = int(mask_all.sum())
+        tokens_total = self.dist.sum([int(mask_all.sum())])[0]
         max_len = cfg.rollout.max_new_tokens
 
         # Signals that need no log-probs are computed once for the whole batch; LENS needs the
@@ -342,9 +414,15 @@ class Trainer:
             None if algo.advantage == "lens" else self.group_signals(scores, slice(None), None)
         )
         pairs_total = int(upfront.chosen.numel()) if upfront is not None else None
+        mine = (
+            _slice_signals(upfront, slice(offset, offset + local_size), batch_size)
+            if upfront is not None
+            else None
+        )
         signals: list[GroupSignals | None] = [None] * len(micro)
         old_logps: list[torch.Tensor | None] = [None] * len(micro)
         sums: dict[str, float] = {}
+        grad_norms = []
 
         measure_grad = (
             algo.amir and algo.lambda_measure == "grad" and self.step % algo.lambda_every == 0
@@ -352,29 +430,37 @@ class Trainer:
         for iteration in range(algo.num_iterations):
             pref_grads = [torch.zeros_like(p) for p in self.params] if measure_grad else None
             for k, rows in enumerate(micro):
-                mask = mask_all[rows]
-                prompt_rows = rollouts.prompt_index[rows]
+                mask = mask_all[rows].to(self.device)
+                # Rows hold whole groups: their prompts are rows start/G .. stop/G, each run
+                # once for its G completions.
+                prompts = slice(rows.start // group_size, rows.stop // group_size)
                 inputs = (
-                    rollouts.prompt_ids[prompt_rows].to(self.device),
-                    rollouts.prompt_mask[prompt_rows].to(self.device),
+                    rollouts.prompt_ids[prompts].to(self.device),
+                    rollouts.prompt_mask[prompts].to(self.device),
                     rollouts.completion_ids[rows].to(self.device),
                     rollouts.completion_mask[rows].to(self.device),
                 )
-                mask = mask.to(self.device)
+                score = partial(
+                    completion_logprobs,
+                    temperature=cfg.rollout.temperature,
+                    group_size=group_size,
+                )
                 ref_logp = None
                 if self.needs_reference:
                     with torch.no_grad(), reference_policy(self.model):
-                        ref_logp = completion_logprobs(
-                            self.model, *inputs, temperature=cfg.rollout.temperature
-                        )
-                logp = completion_logprobs(self.model, *inputs, temperature=cfg.rollout.temperature)
+                        ref_logp = score(self.model, *inputs)
+                logp = score(self.model, *inputs)
                 mean_logp = sequence_mean_logp(logp, mask)
                 if iteration == 0:
                     old_logps[k] = logp.detach()
                     signals[k] = (
-                        _slice_signals(upfront, rows, batch_size)
-                        if upfront is not None
-                        else self.group_signals(scores, rows, mean_logp.detach().cpu())
+                        _slice_signals(mine, rows, local_size)
+                        if mine is not None
+                        else self.group_signals(
+                            scores,
+                            slice(offset + rows.start, offset + rows.stop),
+                            mean_logp.detach().cpu(),
+                        )
                     )
                 sig = signals[k]
                 old = None if iteration == 0 else old_logps[k]
@@ -417,6 +503,10 @@ class Trainer:
                         sig.rejected.to(logp.device),
                         algo.beta_dpo,
                     )
+                if algo.amir and algo.lambda_measure == "loss" and iteration == 0:
+                    # Official rule: on each loss computation, before combining.
+                    self._update_lambda_from_losses(grpo, share, pref, n_pairs)
+                if pref is not None:
                     # Pooled over all pairs of the batch. With LENS the pairs of a micro-batch
                     # exist only after its forward pass, so there they are pooled per
                     # micro-batch, as the official code does (its minibatch is the micro-batch);
@@ -424,9 +514,6 @@ class Trainer:
                     pair_share = (
                         rows_n / batch_size if pairs_total is None else n_pairs / pairs_total
                     )
-                    if algo.lambda_measure == "loss" and iteration == 0:
-                        # Official rule: on each loss computation, before combining.
-                        self.lambda_reg.update(float(grpo.detach()), float(pref.detach()))
                     if measure_grad and iteration == 0:
                         grads = torch.autograd.grad(
                             pair_share * pref, self.params, retain_graph=True, allow_unused=True
@@ -450,33 +537,53 @@ class Trainer:
                         margin = mean_logp[sig.chosen] - mean_logp[sig.rejected]
                     _accumulate(sums, "pair_logp_margin_sum", float(margin.sum()))
 
+            self.dist.sum_gradients(self.params, pref_grads or [])
             if measure_grad and iteration == 0:
                 self._apply_grad_measured_lambda(pref_grads)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm)
+            grad_norms.append(float(grad_norm))
             lr = self.scheduler.get_last_lr()[0]
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
 
-        all_signals = _concat_signals(signals)
-        pairs = sums.pop("pairs", 0.0)
-        num_groups = batch_size // cfg.rollout.group_size
+        # Every process's sums (shares of global counts) add up to the batch's values.
+        sums = dict(zip(_SUMMED, self.dist.sum([sums.get(k, 0.0) for k in _SUMMED]), strict=True))
+        parts = self.dist.gather(_concat_signals(signals))
+        all_signals = _concat_signals(parts)
+        pairs = sums["pairs"]
+        num_groups = batch_size // group_size
         metrics = {
-            "policy_loss": sums.get("policy_loss", 0.0) / algo.num_iterations,
-            "kl": sums.get("kl", 0.0) / algo.num_iterations,
-            "preference_loss": sums.get("preference_loss_sum", 0.0) / pairs if pairs else 0.0,
-            "pair_logp_margin": sums.get("pair_logp_margin_sum", 0.0) / pairs if pairs else 0.0,
+            "policy_loss": sums["policy_loss"] / algo.num_iterations,
+            "kl": sums["kl"] / algo.num_iterations,
+            "preference_loss": sums["preference_loss_sum"] / pairs if pairs else 0.0,
+            "pair_logp_margin": sums["pair_logp_margin_sum"] / pairs if pairs else 0.0,
             "pairs": int(all_signals.chosen.numel()),
             "pairs_per_group": all_signals.chosen.numel() / num_groups,
             "lambda": self.lambda_reg.value,
             "advantage_abs_mean": float(all_signals.advantages.abs().mean()),
             "reward_used_mean": float(all_signals.rewards.mean()),
-            "grad_norm": float(grad_norm),
+            # Mean over the num_iterations updates (pre-clipping norms), as the losses.
+            "grad_norm": sum(grad_norms) / len(grad_norms),
             "learning_rate": lr,
         }
         for name in ("clip_fraction_low", "clip_fraction_high", "clip_fraction", "ratio_mean"):
-            metrics[name] = sums.get(name, 0.0) / algo.num_iterations
+            metrics[name] = sums[name] / algo.num_iterations
         return metrics, all_signals
+
+    def _update_lambda_from_losses(
+        self, grpo: torch.Tensor, share: float, pref: torch.Tensor | None, n_pairs: int
+    ) -> None:
+        """lambda_measure=loss (REFERENCE.md 2): one update from this loss computation's L_GRPO
+        and L_pref, none when it has no pair. With several processes, the k-th micro-batches of
+        all of them are one loss computation: L_GRPO pooled by their shares of the batch, L_pref
+        by their pairs, so every process applies the same update."""
+        pref_sum = float(pref.detach()) * n_pairs if pref is not None else 0.0
+        grpo_sum, weight, pref_total, pairs = self.dist.sum(
+            [float(grpo.detach()) * share, share, pref_sum, n_pairs]
+        )
+        if pairs > 0:
+            self.lambda_reg.update(grpo_sum / weight, pref_total / pairs)
 
     def _apply_grad_measured_lambda(self, pref_grads: list[torch.Tensor]) -> None:
         """lambda_measure=grad: ratio = ||lambda grad L_pref|| / ||grad L_GRPO||, then combine.
@@ -510,7 +617,10 @@ class Trainer:
             "data_position": self.step * self.config.rollout.questions_per_step,
         }
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        """RUN/checkpoints/step-N (rank 0 writes it; the other processes return None)."""
+        if not self.dist.is_main:
+            return None
         return save_checkpoint(
             self.run_dir,
             self.step,
@@ -534,9 +644,12 @@ class Trainer:
         return True
 
     def export(self) -> Path:
-        """RUN/final/adapter (or model), and RUN/final/merged when train.export_merged."""
+        """RUN/final/adapter (or model), and RUN/final/merged when train.export_merged (written
+        by rank 0; every process returns the path)."""
         final = self.run_dir / "final"
         target = final / ("adapter" if self.config.model.lora else "model")
+        if not self.dist.is_main:
+            return target
         self.model.save_pretrained(target)
         self.tokenizer.save_pretrained(target)
         if self.config.train.export_merged:
@@ -595,6 +708,19 @@ def _reward_metrics(scores: Scores, group_size: int) -> dict[str, float]:
     for status in ("timeout", "no_answer", "error"):
         metrics[f"answers_{status}"] = sum(v.status == status for v in scores.verdicts)
     return metrics
+
+
+def _concat_scores(parts: list[Scores]) -> Scores:
+    """The Scores of consecutive slices of a batch (one per process, in rank order) as one."""
+    if len(parts) == 1:
+        return parts[0]
+    return Scores(
+        columns={k: torch.cat([p.columns[k] for p in parts]) for k in parts[0].columns},
+        weights=parts[0].weights,
+        total=torch.cat([p.total for p in parts]),
+        correct=torch.cat([p.correct for p in parts]),
+        verdicts=[v for p in parts for v in p.verdicts],
+    )
 
 
 def _slice_signals(signals: GroupSignals, rows: slice, batch_size: int) -> GroupSignals:

@@ -1,0 +1,136 @@
+"""Shared helpers of the bench scripts: machine description, load average, Markdown tables and
+the results file (command, machine, date, table) every bench writes under bench/results/."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (platform.processor() elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, e.g. '0.42 0.61 0.70' ('n/a' where unknown)."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def machine() -> str:
+    """One line: CPU (cores, bf16 support) or GPU, memory, library versions."""
+    import peft
+    import transformers
+
+    parts = [f"{cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"]
+    parts.append("avx512_bf16" if "avx512_bf16" in cpu_flags() else "no avx512_bf16")
+    mem = memory_gib()
+    if mem is not None:
+        parts.append(f"{mem:.0f} GiB RAM")
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        parts.append(f"GPU {props.name} ({props.total_memory / 2**30:.0f} GiB)")
+    parts.append(
+        f"python {platform.python_version()}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, peft {peft.__version__}"
+    )
+    return "; ".join(parts)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub Markdown table; floats get 2 to 3 significant decimals."""
+
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            if value != value:  # NaN
+                return "n/a"
+            return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        return str(value)
+
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "| " + " | ".join("---" for _ in headers) + " |",
+    ]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def command_line() -> str:
+    """The command that ran this bench, as one would type it."""
+    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+
+
+def write_results(
+    name: str,
+    title: str,
+    sections: Sequence[tuple[str, str]],
+    *,
+    load_before: str,
+    notes: str = "",
+) -> Path:
+    """Writes bench/results/{name}.md: title, command, date, machine, load averages (before and
+    after the run), then each (heading, body) section; prints the same text; returns the path."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    header = [
+        f"# {title}",
+        "",
+        f"- command: `{command_line()}`",
+        f"- date: {now}",
+        f"- machine: {machine()}",
+        f"- load average (1/5/15 min) before: {load_before}; after: {load_average()}",
+    ]
+    body = [*header, ""]
+    if notes:
+        body += [notes.strip(), ""]
+    for heading, text in sections:
+        body += [f"## {heading}", "", text.strip(), ""]
+    text = "\n".join(body)
+    path = RESULTS_DIR / f"{name}.md"
+    path.write_text(text)
+    print(text)
+    print(f"written: {path}")
+    return path
