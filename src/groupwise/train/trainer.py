@@ -207,13 +207,12 @@ class Trainer:
         self.log = (
             MetricsLog(self.run_dir, tensorboard=cfg.train.tensorboard, resume_step=resume_step)
             if main
-            else None
+            else _SilentLog(self.run_dir / "metrics.jsonl")
         )
-        self.rollout_log = (
-            JsonlLog(self.run_dir / "rollouts.jsonl", resume_step)
-            if cfg.train.log_rollouts and main
-            else None
-        )
+        self.rollout_log = None
+        if cfg.train.log_rollouts:
+            path = self.run_dir / "rollouts.jsonl"
+            self.rollout_log = JsonlLog(path, resume_step) if main else _SilentLog(path)
         if main:
             save_config(cfg, self.run_dir / "config.yaml")
         self._stop_requested = False
@@ -242,8 +241,7 @@ class Trainer:
                 self.step += 1
                 # A signal may reach one process only; all stop after the same step.
                 self._stop_requested = self.dist.any(self._stop_requested)
-                if self.log is not None:
-                    self.log.write(record)
+                self.log.write(record)
                 if self.rollout_log is not None:
                     self.rollout_log.write(samples)
                 bar.update(1)
@@ -259,9 +257,9 @@ class Trainer:
                 self.save()
                 bar.write(f"stopped at step {self.step}; resume with --resume")
         bar.close()
-        for log in (self.log, self.rollout_log):
-            if log is not None:
-                log.close()
+        self.log.close()
+        if self.rollout_log is not None:
+            self.rollout_log.close()
         final = self.export() if self.step >= cfg.train.max_steps else self.run_dir
         self.dist.close()
         return final
@@ -672,6 +670,19 @@ class Trainer:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+class _SilentLog:
+    """What the processes other than rank 0 hold in place of a log: its path, no writes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Rank 0 writes every process's numbers; nothing to do here."""
+
+    def close(self) -> None:
+        """Nothing is open."""
 
 
 def _schedule(

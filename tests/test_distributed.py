@@ -1,0 +1,142 @@
+"""Multi-process training: two processes (torchrun, gloo on CPU) take the same optimizer steps as
+one process on the same global batch, and the collectives are the identity in one process.
+
+The 2-process run splits each step's 2 questions one per process (groups never straddle), draws
+each question's completions from its own seeded stream (so they equal the 1-process ones), and
+normalises by the global counts: batch-scale advantages (global std), dapo (global tokens), AMIR
+pairs pooled over both processes and lambda updated from the pooled losses.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from groupwise.train.config import load_config
+from groupwise.train.distributed import Distributed
+from groupwise.train.metrics_log import read_jsonl
+
+TESTS = Path(__file__).resolve().parent
+
+OVERRIDES = [
+    "model.name=tiny-random",
+    "data.benchmark=gsm8k",
+    "data.prompt=boxed",
+    "rollout.group_size=4",
+    "rollout.questions_per_step=2",
+    "rollout.max_new_tokens=6",
+    "train.micro_batch_size=8",  # one loss computation per step in both layouts
+    "train.max_steps=2",
+    "train.save_every=1",
+    "train.progress=false",
+    "optim.lr=1e-2",
+    "optim.warmup_ratio=0",
+    "reward.plugins=[reward_plugin]",
+    "reward.weights={text_hash: 1.0}",
+    "reward.workers=1",
+    "algorithm.amir=true",
+    "algorithm.aggregation=dapo",
+    "algorithm.scale_rewards=batch",
+]
+TIMING = {"seconds_generation", "seconds_scoring", "seconds_training", "seconds_step"}
+
+
+def _launch(run_dir: Path, processes: int) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "OMP_NUM_THREADS": "1",
+    }
+    launcher = [sys.executable, "-m", "groupwise"]
+    if processes > 1:
+        torchrun = ["torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+        launcher = [sys.executable, "-m", *torchrun, "-m", "groupwise"]
+    command = [*launcher, "train", *OVERRIDES, f"train.output_dir={run_dir}"]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_two_processes_take_the_same_steps_as_one(tmp_path: Path) -> None:
+    runs = {n: _launch(tmp_path / f"procs{n}", n) for n in (1, 2)}
+    for n, process in runs.items():
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, f"{n} process(es) failed:\n{output.decode()[-3000:]}"
+
+    one = read_jsonl(tmp_path / "procs1" / "metrics.jsonl")
+    two = read_jsonl(tmp_path / "procs2" / "metrics.jsonl")  # rank 0 alone writes it
+    assert [r["step"] for r in two] == [1, 2]
+    # The comparison means something: completions disagree, pairs are mined, lambda moves.
+    assert all(r["pairs"] > 0 and r["grad_norm"] > 0 for r in one)
+    assert one[-1]["lambda"] != 0.01
+    for a, b in zip(one, two, strict=True):
+        assert a.keys() == b.keys()
+        for key in a.keys() - TIMING - {"tokens_per_second"}:
+            if isinstance(a[key], float):
+                assert math.isclose(a[key], b[key], rel_tol=1e-4, abs_tol=1e-6), key
+            else:
+                assert a[key] == b[key], key
+    assert read_jsonl(tmp_path / "procs1" / "rollouts.jsonl") == read_jsonl(
+        tmp_path / "procs2" / "rollouts.jsonl"
+    )
+
+    # AdamW divides each gradient by its own magnitude, so float rounding of near-zero
+    # gradients (summed in another order over two processes) moves a weight by a small part of
+    # the step lr = 1e-2: 3e-5 is 0.3 % of one step. A wrong scale would show in grad_norm above.
+    for where in ("checkpoints/step-1", "final"):
+        weights_one = load_file(
+            str(tmp_path / "procs1" / where / "adapter/adapter_model.safetensors")
+        )
+        weights_two = load_file(
+            str(tmp_path / "procs2" / where / "adapter/adapter_model.safetensors")
+        )
+        assert weights_one.keys() == weights_two.keys()
+        for name, value in weights_one.items():
+            torch.testing.assert_close(weights_two[name], value, atol=3e-5, rtol=0, msg=name)
+
+
+def test_collectives_are_the_identity_in_one_process() -> None:
+    single = Distributed()
+    assert (single.world_size, single.rank, single.is_main) == (1, 0, True)
+    assert single.sum([1.5, 2]) == [1.5, 2.0]
+    assert single.gather({"a": 1}) == [{"a": 1}]
+    assert single.any(True) and not single.any(False)
+    grad = torch.ones(3)
+    param = torch.nn.Parameter(torch.zeros(3))
+    param.grad = grad
+    single.sum_gradients([param])
+    assert param.grad is grad and torch.equal(grad, torch.ones(3))
+    assert single.device("cpu") == "cpu"
+
+
+def test_shard_gives_each_process_its_contiguous_questions() -> None:
+    layout = Distributed()
+    layout.world_size = 3
+    parts = []
+    for rank in range(3):
+        layout.rank = rank
+        parts.append(layout.shard(list(range(6))))
+    assert parts == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    with pytest.raises(ValueError, match="7 items do not split over 3 processes"):
+        layout.shard(list(range(7)))
+
+
+def test_questions_per_step_must_split_over_the_processes(tmp_path: Path, monkeypatch) -> None:
+    from groupwise.train import trainer as trainer_module
+
+    class TwoProcesses(Distributed):
+        def __init__(self) -> None:
+            super().__init__()
+            self.world_size = 2
+
+    monkeypatch.setattr(trainer_module, "Distributed", TwoProcesses)
+    config = load_config(
+        None, ["rollout.questions_per_step=3", f"train.output_dir={tmp_path}", "model.name=x"]
+    )
+    with pytest.raises(ValueError, match=r"questions_per_step=3 must be divisible by .* \(2\)"):
+        trainer_module.Trainer(config)
