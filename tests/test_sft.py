@@ -176,6 +176,18 @@ def test_cache_is_reused_and_written_atomically(
     assert len(list(final.parent.iterdir())) == 2
 
 
+def test_training_pairs_split_examples_over_levels() -> None:
+    # 10 examples over 3 named levels: shares 4, 3, 3; easy is named twice, so 4 + 3 = 7.
+    pairs = sft.training_pairs(SFTSettings(levels=("easy", "mid", "easy"), examples=10))
+    assert len(set(pairs)) == 10
+    steps_per_question = [prompt.count(",") for prompt, _ in pairs]
+    assert steps_per_question == [3] * 7 + [5] * 3  # easy has 3 operations, mid 5
+    for prompt, completion in pairs:
+        problem_answer = completion.rsplit("#### ", 1)[1]
+        assert completion.startswith(sft.COMPLETION_PREFIX)
+        assert prompt.endswith("What is the result?") and problem_answer.isdigit()
+
+
 def test_cache_root_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("GROUPWISE_CACHE", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
