@@ -1,0 +1,191 @@
+"""What AMIR-GRPO and LENS cost on top of plain GRPO, at equal settings.
+
+Both extras are meant to be free of forward passes: AMIR's preference term reads the
+length-normalised log-likelihoods l(q, o) off the token log-probs of the policy pass the GRPO
+loss already makes (the official AMIR-GRPO code runs extra passes for them), and LENS's
+confidences pbar are the same numbers, detached (with num_iterations = 1). This bench shows it
+two ways, on SmolLM2-135M-Instruct + LoRA 16/16 with the quickstart settings (G=8, 128 new
+tokens), 2 questions per step (16 completions, micro-batches of 8):
+
+1. Fixed batch: one batch of rollouts is generated and scored once; then each algorithm's loss
+   + backward + optimizer update runs on it (Trainer._optimize), the algorithms alternating,
+   and every call of the decoder is counted (the shared-prompt pass calls it twice per
+   micro-batch: prompt, then completions). Same tokens for all, so the times compare exactly.
+2. Whole steps (generate, score, update), alternating; noisier (independent samples).
+
+AMIR's margin is lowered to 0.1 here so that the untrained model's groups have pairs (with the
+paper's 2.0 they rarely do, and the preference term would not run); the pair count is shown.
+"amir-grpo, reference" (ref_free=false) adds the adapter-disabled reference pass by definition.
+
+    python bench/overhead.py                       # 3 rounds of each, 2 whole steps of each
+    python bench/overhead.py --rounds 1 --steps 0  # fixed batch only
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_average, markdown_table, median, write_results
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ALGORITHMS = {
+    "grpo": {},
+    "amir-grpo": {"amir": True},
+    "lens": {"advantage": "lens"},
+    "amir-grpo + lens": {"amir": True, "advantage": "lens"},
+    "amir-grpo, reference": {"amir": True, "ref_free": False},
+}
+
+
+def make_trainer(out: Path, extra: list[str]):
+    from groupwise.train.config import load_config
+    from groupwise.train.trainer import Trainer
+
+    config = load_config(
+        REPO / "configs" / "quickstart.yaml",
+        [
+            "algorithm.amir=false",
+            "algorithm.margin=0.1",
+            "rollout.questions_per_step=2",
+            "train.micro_batch_size=8",
+            "train.max_steps=1000",
+            "train.progress=false",
+            "train.log_rollouts=false",
+            f"train.output_dir={out}",
+            *extra,
+        ],
+    )
+    return Trainer(config)
+
+
+def use_algorithm(trainer, name: str) -> None:
+    """Switch the trainer's algorithm options in place (same model, optimizer and data)."""
+    algorithm = dataclasses.replace(trainer.config.algorithm, **ALGORITHMS[name])
+    trainer.config = dataclasses.replace(trainer.config, algorithm=algorithm)
+    trainer.needs_reference = algorithm.kl_coef > 0 or (algorithm.amir and not algorithm.ref_free)
+
+
+class DecoderCalls:
+    """Counts forward calls of the transformer body (prompt and completion passes alike)."""
+
+    def __init__(self, model) -> None:
+        self.count = 0
+        model.get_decoder().register_forward_pre_hook(self._hook)
+
+    def _hook(self, module, args) -> None:
+        self.count += 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="fixed-batch updates of each")
+    parser.add_argument("--steps", type=int, default=2, help="whole steps of each (0: none)")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
+    args = parser.parse_args(argv)
+
+    load_before = load_average()
+    with tempfile.TemporaryDirectory(prefix="overhead-") as scratch:
+        trainer = make_trainer(Path(scratch), args.overrides)
+        calls = DecoderCalls(trainer.model)
+        cfg = trainer.config
+        from groupwise.data import render_prompt
+        from groupwise.rollout import SamplingParams
+
+        problems = trainer.sampler.batch(0)
+        prompts = [render_prompt(p, cfg.data.prompt, trainer.tokenizer) for p in problems]
+        sampling = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, seed=0)
+        rollouts = trainer.generator.generate(prompts, cfg.rollout.group_size, sampling)
+        golds = [p.answer for p in problems for _ in range(cfg.rollout.group_size)]
+        scores = trainer.rewards.score(rollouts.texts, golds)
+        tokens = int(rollouts.completion_mask.sum())
+        print(f"fixed batch: {len(rollouts)} completions, {tokens} tokens", flush=True)
+
+        fixed: dict[str, list[float]] = {name: [] for name in ALGORITHMS}
+        passes, pairs = {}, {}
+        for round_ in range(args.rounds + 1):
+            for name in ALGORITHMS:
+                use_algorithm(trainer, name)
+                before = calls.count
+                start = time.perf_counter()
+                metrics, _ = trainer._optimize(rollouts, scores)
+                seconds = time.perf_counter() - start
+                passes[name] = calls.count - before
+                pairs[name] = metrics["pairs"]
+                if round_ > 0:  # the first round warms up
+                    fixed[name].append(seconds)
+                print(f"fixed batch, {name}: {seconds:.1f} s", flush=True)
+
+        steps: dict[str, list[dict]] = {name: [] for name in ALGORITHMS}
+        for _ in range(args.steps):
+            for name in ALGORITHMS:
+                use_algorithm(trainer, name)
+                metrics, _ = trainer.train_step()
+                trainer.step += 1
+                steps[name].append(metrics)
+                print(f"step, {name}: {metrics['seconds_step']:.1f} s", flush=True)
+
+    base = median(fixed["grpo"])
+    micro_batches = len(rollouts) // cfg.train.micro_batch_size
+    rows = [
+        [
+            name,
+            passes[name] / micro_batches,
+            pairs[name],
+            median(fixed[name]),
+            median(fixed[name]) / base,
+        ]
+        for name in ALGORITHMS
+    ]
+    fixed_table = markdown_table(
+        [
+            "algorithm",
+            "decoder calls per micro-batch",
+            "pairs",
+            "update on the fixed batch (s, median)",
+            "x grpo",
+        ],
+        rows,
+    )
+    sections = [(f"Fixed batch ({len(rollouts)} completions, {tokens} tokens)", fixed_table)]
+    if args.steps:
+        base_step = median([m["seconds_step"] for m in steps["grpo"]])
+        step_rows = [
+            [
+                name,
+                median([m["seconds_step"] for m in ms]),
+                median([m["seconds_training"] for m in ms]),
+                median([m["completion_tokens"] for m in ms]),
+                median([m["seconds_step"] for m in ms]) / base_step,
+            ]
+            for name, ms in steps.items()
+        ]
+        sections.append(
+            (
+                "Whole steps (median)",
+                markdown_table(
+                    ["algorithm", "s/step", "training s", "completion tokens", "x grpo"],
+                    step_rows,
+                ),
+            )
+        )
+    write_results(
+        "overhead",
+        "AMIR-GRPO and LENS overhead over GRPO",
+        sections,
+        load_before=load_before,
+        notes="\n\n".join(__doc__.split("\n\n")[1:4]),
+    )
+
+
+if __name__ == "__main__":
+    main()
