@@ -97,13 +97,14 @@ def methods(model, tokenizer, max_new_tokens: int, scratch: Path) -> dict[str, C
         max_new_tokens=max_new_tokens,
         eos_token_id=eos,
         pad_token_id=tokenizer.pad_token_id,
+        num_return_sequences=GROUP,
     )
 
     def plain_generate(prompts: list[str]) -> int:
         inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         inputs = inputs.to(next(model.parameters()).device)
         with torch.no_grad():
-            out = model.generate(**inputs, generation_config=config, num_return_sequences=GROUP)
+            out = model.generate(**inputs, generation_config=config)
         return eos_lengths(out[:, inputs["input_ids"].shape[1] :], eos)
 
     found = {name: engine(g) for name, g in engines.items()}
@@ -160,7 +161,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed calls per cell")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="alias or folder")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+    )
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     if any(b % GROUP for b in batches):
         parser.error(f"batches must be multiples of G={GROUP}")

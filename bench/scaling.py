@@ -98,7 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: G,length,questions
     parser.add_argument("--json", help=argparse.SUPPRESS)  # internal: where --one writes
     parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+    )
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     if args.one:
         setting = tuple(int(x) for x in args.one.split(","))
@@ -120,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                 str(out),
                 f"--warmup={args.warmup}",
                 f"--steps={args.steps}",
+                *([f"--threads={args.threads}"] if args.threads else []),
                 *args.overrides,
             ]
             subprocess.run(command, check=True)

@@ -221,7 +221,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", default="fp32", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted first steps of each")
     parser.add_argument("--steps", type=int, default=3, help="measured steps of each")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+    )
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:

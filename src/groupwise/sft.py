@@ -177,8 +177,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
     Encoding adds no special token (with or without ``add_special_tokens``, so the policy sees
     the same ids whoever encodes its prompts); decoding maps bytes back, so
-    ``decode(encode(text), skip_special_tokens=True) == text`` for any text. <bos> exists for
-    tools that ask for one but the policy is trained without it.
+    ``decode(encode(text), skip_special_tokens=True) == text`` for any text (a sampled byte
+    sequence that is not UTF-8 decodes with U+FFFD). <bos> exists for tools that ask for one
+    but the policy is trained without it.
     """
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     for byte, char in _byte_to_unicode().items():

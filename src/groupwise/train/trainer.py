@@ -288,8 +288,8 @@ class Trainer:
         rollouts = self.generator.generate(prompts, group_size, sampling, prompt_seeds=seeds)
         t_generated = time.perf_counter()
 
-        golds = [p.answer for p in problems[mine] for _ in range(group_size)]
-        local_scores = self.rewards.score(rollouts.texts, golds)
+        local_golds = [p.answer for p in problems[mine] for _ in range(group_size)]
+        local_scores = self.rewards.score(rollouts.texts, local_golds)
         # Advantages, pairs and metrics are taken over the whole batch of every process.
         gathered = self.dist.gather((local_scores, rollouts.texts, rollouts.truncated))
         scores = _concat_scores([g[0] for g in gathered])
