@@ -331,3 +331,41 @@ def test_bad_arguments(tiny) -> None:
             truncated=torch.zeros(3, dtype=torch.bool),
             group_size=2,
         )
+
+
+def test_preallocated_cache_layer_equals_dynamic_layer() -> None:
+    from transformers.cache_utils import DynamicLayer
+
+    from groupwise.rollout.transformers_engine import _PreallocatedLayer
+
+    torch.manual_seed(0)
+    plain, preallocated = DynamicLayer(), _PreallocatedLayer(reserve=3)
+    # prompt, repeat for the group, 4 decode steps (past the reserve), drop rows, 2 more steps
+    script = [
+        ("update", 5),
+        ("repeat", 2),
+        ("update", 1),
+        ("update", 1),
+        ("update", 1),
+        ("update", 1),
+        ("select", torch.tensor([0, 3])),
+        ("update", 1),
+        ("update", 1),
+    ]
+    rows = 2
+    for op, arg in script:
+        if op == "update":
+            k, v = torch.randn(rows, 3, arg, 4), torch.randn(rows, 3, arg, 4)
+            expected = plain.update(k, v)
+            got = preallocated.update(k.clone(), v.clone())
+            for e, g in zip(expected, got, strict=True):
+                assert torch.equal(e, g)
+        elif op == "repeat":
+            plain.batch_repeat_interleave(arg)
+            preallocated.batch_repeat_interleave(arg)
+            rows *= arg
+        else:
+            plain.batch_select_indices(arg)
+            preallocated.batch_select_indices(arg)
+            rows = len(arg)
+        assert preallocated.get_seq_length() == plain.get_seq_length()
