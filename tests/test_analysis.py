@@ -167,6 +167,7 @@ def test_problem_margins_hand_computed(tmp_path: Path) -> None:
     other = [sample("A", 0, True, -0.1), sample("A", 1, False, -1.0)]
     assert ratio_of_means({"grpo": 0.3, "amir": 0.9})["amir"] == pytest.approx(3.0)
     assert ratio_of_means({"grpo": 0.0, "amir": 0.9})["amir"] is None
+    assert ratio_of_means({"grpo": -0.2, "amir": 0.9}) == {"grpo": None, "amir": None}
 
     write_run(tmp_path / "grpo", samples)
     write_run(tmp_path / "amir", other)

@@ -43,10 +43,12 @@ def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
 
 
 def ratio_of_means(means: Mapping[str, float | None]) -> dict[str, float | None]:
-    """Each run's mean margin divided by the first run's (None where undefined)."""
+    """Each run's mean margin divided by the first run's; None where undefined, which includes
+    a first run whose mean is <= 0 (a ratio to a negative margin reads backwards: a larger
+    margin would get a smaller ratio)."""
     names = list(means)
     base = means[names[0]] if names else None
-    return {n: (None if base in (None, 0.0) or means[n] is None else means[n] / base)
+    return {n: (None if base is None or base <= 0.0 or means[n] is None else means[n] / base)
             for n in names}
 
 
