@@ -230,6 +230,7 @@ def evaluate_policy(
     """pass@k of `model` on the first settings.eval_problems `arith` test problems of `level`
     (groupwise.evaluate.evaluate: resumable samples in output_dir); the results entry of the
     level (pass@k, pass@k_ci, counts)."""
+    from groupwise.analysis.perplexity import completion_mean_logp
     from groupwise.data import load_benchmark, render_prompt
     from groupwise.evaluate import EvalConfig, evaluate
     from groupwise.rollout import TransformersGenerator
@@ -249,12 +250,26 @@ def evaluate_policy(
     )
     problems = load_benchmark("arith", split="test", level=level, size=settings.eval_problems)
     generator = TransformersGenerator(model, tokenizer, batch_size=config.batch_size)
+
+    def logp_fn(rollouts: Any) -> torch.Tensor:
+        # Saved per sample so `groupwise analyze margin/perplexity` can read these runs.
+        index = rollouts.prompt_index
+        return completion_mean_logp(
+            model,
+            rollouts.prompt_ids[index],
+            rollouts.prompt_mask[index],
+            rollouts.completion_ids,
+            rollouts.completion_mask,
+            64,
+        )
+
     results = evaluate(
         config,
         {bench: problems},
         generator,
         output_dir,
         prompt_fn=lambda p: render_prompt(p, "plain", tokenizer),
+        logp_fn=logp_fn,
         progress=False,
     )
     return results[bench]
