@@ -70,9 +70,11 @@ def make_trainer(out: Path, extra: list[str]):
     return Trainer(config)
 
 
-def use_algorithm(trainer, name: str) -> None:
-    """Switch the trainer's algorithm options in place (same model, optimizer and data)."""
-    algorithm = dataclasses.replace(trainer.config.algorithm, **ALGORITHMS[name])
+def use_algorithm(trainer, base, name: str) -> None:
+    """Switch the trainer's algorithm options in place (same model, optimizer and data) to
+    `base` (the config's algorithm section, plain GRPO) with ALGORITHMS[name] applied: always
+    from `base`, so no option of the previously used algorithm carries over."""
+    algorithm = dataclasses.replace(base, **ALGORITHMS[name])
     trainer.config = dataclasses.replace(trainer.config, algorithm=algorithm)
     trainer.needs_reference = algorithm.kl_coef > 0 or (algorithm.amir and not algorithm.ref_free)
 
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         trainer = make_trainer(Path(scratch), args.overrides)
         calls = DecoderCalls(trainer.model)
         cfg = trainer.config
+        base = cfg.algorithm
         from groupwise.data import render_prompt
         from groupwise.rollout import SamplingParams
 
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         passes, pairs = {}, {}
         for round_ in range(args.rounds + 1):
             for name in ALGORITHMS:
-                use_algorithm(trainer, name)
+                use_algorithm(trainer, base, name)
                 before = calls.count
                 start = time.perf_counter()
                 metrics, _ = trainer._optimize(rollouts, scores)
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         steps: dict[str, list[dict]] = {name: [] for name in ALGORITHMS}
         for _ in range(args.steps):
             for name in ALGORITHMS:
-                use_algorithm(trainer, name)
+                use_algorithm(trainer, base, name)
                 metrics, _ = trainer.train_step()
                 trainer.step += 1
                 steps[name].append(metrics)
@@ -156,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     fixed_table = markdown_table(
         [
             "algorithm",
-            "decoder calls per micro-batch",
+            "decoder calls per update",
             "pairs",
             "update on the fixed batch (s, median)",
             "x grpo",
