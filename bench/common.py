@@ -3,6 +3,7 @@ the results file (command, machine, date, table) every bench writes under bench/
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -134,3 +135,20 @@ def write_results(
     print(text)
     print(f"written: {path}")
     return path
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """--threads N: torch threads of the bench (default: torch's own choice)."""
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+    )
+
+
+def parse_with_threads(
+    parser: argparse.ArgumentParser, argv: list[str] | None
+) -> argparse.Namespace:
+    """parser.parse_args(argv), then torch.set_num_threads(--threads) when given."""
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args

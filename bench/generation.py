@@ -33,7 +33,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, markdown_table, median, write_results
+from common import (
+    add_threads_argument,
+    load_average,
+    markdown_table,
+    median,
+    parse_with_threads,
+    write_results,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
@@ -161,12 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed calls per cell")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="alias or folder")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
-    )
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    add_threads_argument(parser)
+    args = parse_with_threads(parser, argv)
     batches = [int(b) for b in args.batches.split(",")]
     if any(b % GROUP for b in batches):
         parser.error(f"batches must be multiples of G={GROUP}")

@@ -31,10 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, markdown_table, median, write_results
+from common import (
+    add_threads_argument,
+    load_average,
+    markdown_table,
+    median,
+    parse_with_threads,
+    write_results,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
@@ -95,12 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="fixed-batch updates of each")
     parser.add_argument("--steps", type=int, default=2, help="whole steps of each (0: none)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
-    )
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    add_threads_argument(parser)
+    args = parse_with_threads(parser, argv)
 
     load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="overhead-") as scratch:

@@ -25,7 +25,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, markdown_table, median, write_results
+from common import (
+    add_threads_argument,
+    load_average,
+    markdown_table,
+    median,
+    parse_with_threads,
+    write_results,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
@@ -98,12 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: G,length,questions
     parser.add_argument("--json", help=argparse.SUPPRESS)  # internal: where --one writes
     parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
-    )
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    add_threads_argument(parser)
+    args = parse_with_threads(parser, argv)
 
     if args.one:
         setting = tuple(int(x) for x in args.one.split(","))

@@ -38,7 +38,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, markdown_table, median, write_results
+from common import (
+    add_threads_argument,
+    load_average,
+    markdown_table,
+    median,
+    parse_with_threads,
+    write_results,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
@@ -221,12 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", default="fp32", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted first steps of each")
     parser.add_argument("--steps", type=int, default=3, help="measured steps of each")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
-    )
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    add_threads_argument(parser)
+    args = parse_with_threads(parser, argv)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
