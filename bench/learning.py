@@ -418,9 +418,12 @@ def markdown_tables(table: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -
                     + f"{row['minutes']:.1f} |"
                 )
                 continue
+            # One seed has no spread: show the value alone rather than a "± 0.0" it never had.
             cells = [
                 f"{row[f'pass@{k}_mean']:.1f} ± {row[f'pass@{k}_sd']:.1f} "
                 f"[{min(row[f'pass@{k}']):.1f}, {max(row[f'pass@{k}']):.1f}]"
+                if len(row["seeds"]) > 1
+                else f"{row[f'pass@{k}_mean']:.1f}"
                 for k in ks
             ]
             delta = "–"
@@ -430,7 +433,8 @@ def markdown_tables(table: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -
                     row["pass@1_sd"] ** 2 / len(row["seeds"])
                     + grpo["pass@1_sd"] ** 2 / len(grpo["seeds"])
                 )
-                delta = f"{diff:+.1f} ± {se:.1f}"
+                single = len(row["seeds"]) == 1 or len(grpo["seeds"]) == 1
+                delta = f"{diff:+.1f}" if single else f"{diff:+.1f} ± {se:.1f}"
             acc, wrong = row["train_accuracy"], row["all_wrong"]
             lines.append(
                 f"| {method} | {len(row['seeds'])} | "
