@@ -42,6 +42,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -230,9 +231,8 @@ def evaluate_policy(
     """pass@k of `model` on the first settings.eval_problems `arith` test problems of `level`
     (groupwise.evaluate.evaluate: resumable samples in output_dir); the results entry of the
     level (pass@k, pass@k_ci, counts)."""
-    from groupwise.analysis.perplexity import completion_mean_logp
     from groupwise.data import load_benchmark, render_prompt
-    from groupwise.evaluate import EvalConfig, evaluate
+    from groupwise.evaluate import EvalConfig, evaluate, rollout_mean_logp
     from groupwise.rollout import TransformersGenerator
 
     bench = f"arith:{level}"
@@ -251,25 +251,14 @@ def evaluate_policy(
     problems = load_benchmark("arith", split="test", level=level, size=settings.eval_problems)
     generator = TransformersGenerator(model, tokenizer, batch_size=config.batch_size)
 
-    def logp_fn(rollouts: Any) -> torch.Tensor:
-        # Saved per sample so `groupwise analyze margin/perplexity` can read these runs.
-        index = rollouts.prompt_index
-        return completion_mean_logp(
-            model,
-            rollouts.prompt_ids[index],
-            rollouts.prompt_mask[index],
-            rollouts.completion_ids,
-            rollouts.completion_mask,
-            64,
-        )
-
     results = evaluate(
         config,
         {bench: problems},
         generator,
         output_dir,
         prompt_fn=lambda p: render_prompt(p, "plain", tokenizer),
-        logp_fn=logp_fn,
+        # Saved per sample so `groupwise analyze margin/perplexity` can read these runs.
+        logp_fn=partial(rollout_mean_logp, model, batch_size=64),
         progress=False,
     )
     return results[bench]

@@ -28,6 +28,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -485,8 +486,19 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
                       data_dir=args.data_dir, **chosen)
 
 
-def run(args: argparse.Namespace) -> int:
+def rollout_mean_logp(model: torch.nn.Module, rollouts: Rollouts, batch_size: int = 8
+                      ) -> torch.Tensor:
+    """Mean token log-prob of each completion of `rollouts` under `model`: Tensor[N*n] (nats per
+    token; REFERENCE.md 4, perplexity), computed batch_size completions at a time. The
+    `logp_fn` of `evaluate`."""
     from groupwise.analysis.perplexity import completion_mean_logp
+
+    index = rollouts.prompt_index
+    return completion_mean_logp(model, rollouts.prompt_ids[index], rollouts.prompt_mask[index],
+                                rollouts.completion_ids, rollouts.completion_mask, batch_size)
+
+
+def run(args: argparse.Namespace) -> int:
     from groupwise.data.prompts import render_prompt
     from groupwise.rewards import check_answers
     from groupwise.rollout import TransformersGenerator
@@ -506,11 +518,7 @@ def run(args: argparse.Namespace) -> int:
         def prompt_fn(problem: Problem) -> str:
             return render_prompt(problem, config.prompt, tokenizer)
 
-        def logp_fn(rollouts: Rollouts) -> torch.Tensor:
-            index = rollouts.prompt_index
-            return completion_mean_logp(model, rollouts.prompt_ids[index],
-                                        rollouts.prompt_mask[index], rollouts.completion_ids,
-                                        rollouts.completion_mask, args.logp_batch_size)
+        logp_fn = partial(rollout_mean_logp, model, batch_size=args.logp_batch_size)
 
     results = evaluate(
         config, problems, generator, args.output,
