@@ -15,7 +15,11 @@ from pathlib import Path
 
 import torch
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "bench" / "results"
+# Every bench reads the shipped data beside the repository and never reaches for the hub.
+os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def cpu_model() -> str:

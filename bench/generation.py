@@ -23,7 +23,6 @@ Each cell: a warm-up call, then the median of --repeats timed calls, the methods
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -42,9 +41,6 @@ from common import (
     write_results,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 GROUP = 8
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
+    REPO,
     add_threads_argument,
     load_average,
     markdown_table,
@@ -40,10 +40,6 @@ from common import (
     parse_with_threads,
     write_results,
 )
-
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ALGORITHMS = {
     "grpo": {},

@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
+    REPO,
     add_threads_argument,
     load_average,
     markdown_table,
@@ -33,10 +34,6 @@ from common import (
     parse_with_threads,
     write_results,
 )
-
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 BASE = (8, 128, 1)  # G, max new tokens, questions per step
 SETTINGS = [

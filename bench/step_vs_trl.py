@@ -29,7 +29,6 @@ one groupwise step, so the two alternate and share whatever the machine is doing
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
+    REPO,
     add_threads_argument,
     load_average,
     markdown_table,
@@ -46,10 +46,6 @@ from common import (
     parse_with_threads,
     write_results,
 )
-
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 VARIANTS = {
     # name: (groupwise overrides, TRL bf16)
