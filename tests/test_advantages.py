@@ -14,6 +14,7 @@ from groupwise.algorithms import (
     group_types,
     lens_advantages,
     lens_advantages_from_rewards,
+    lens_calibrated_total,
     lens_rewards,
 )
 
@@ -23,6 +24,12 @@ EPS = 1e-4
 def _pstd(values: list[float]) -> float:
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+def _ustd(values: list[float]) -> float:
+    """The unbiased (n - 1) std, the default of REFERENCE.md 1."""
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 # --- hypothesis strategies: a batch of groups with binary correctness and confidences ----
@@ -50,35 +57,58 @@ def lens_batches(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor, int]:
 
 def test_group_advantages_hand_computed_scales():
     rewards = torch.tensor([3.0, 1.0, 0.0, 2.0], dtype=torch.float64)
-    # groups (3, 1) and (0, 2): means 2 and 1, population stds 1 and 1
-    expected_group = torch.tensor([1, -1, -1, 1], dtype=torch.float64) / (1.0 + EPS)
+    # groups (3, 1) and (0, 2): means 2 and 1, unbiased stds sqrt((1 + 1) / 1) = sqrt(2)
+    expected_group = torch.tensor([1, -1, -1, 1], dtype=torch.float64) / (math.sqrt(2) + EPS)
     torch.testing.assert_close(group_advantages(rewards, 2), expected_group)
-    # batch std of (3, 1, 0, 2): mean 1.5, var = (2.25 + 0.25 + 2.25 + 0.25) / 4 = 1.25
-    expected_batch = torch.tensor([1, -1, -1, 1], dtype=torch.float64) / (math.sqrt(1.25) + EPS)
-    torch.testing.assert_close(group_advantages(rewards, 2, scale="batch"), expected_batch)
-    # no division (Dr.GRPO): just centred
+    # population stds are 1
     torch.testing.assert_close(
-        group_advantages(rewards, 2, scale="none"),
-        torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64),
+        group_advantages(rewards, 2, std="population"),
+        torch.tensor([1, -1, -1, 1], dtype=torch.float64) / (1.0 + EPS),
     )
+    # batch std of (3, 1, 0, 2): mean 1.5, squared deviations sum to 5: unbiased var 5/3,
+    # population var 5/4
+    expected_batch = torch.tensor([1, -1, -1, 1], dtype=torch.float64) / (math.sqrt(5 / 3) + EPS)
+    torch.testing.assert_close(group_advantages(rewards, 2, scale="batch"), expected_batch)
+    torch.testing.assert_close(
+        group_advantages(rewards, 2, scale="batch", std="population"),
+        torch.tensor([1, -1, -1, 1], dtype=torch.float64) / (math.sqrt(1.25) + EPS),
+    )
+    # no division (Dr.GRPO): just centred, whatever the std
+    for std in ("unbiased", "population"):
+        torch.testing.assert_close(
+            group_advantages(rewards, 2, scale="none", std=std),
+            torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64),
+        )
 
 
 def test_group_advantages_binary_group_of_four():
-    # r = (1, 0, 0, 1): mean 0.5, population std 0.5 (the unbiased std would be 0.577)
+    # r = (1, 0, 0, 1): mean 0.5, unbiased std sqrt(1/3) = 0.577 (population: 0.5)
     adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), 4)
-    expected = torch.tensor([0.5, -0.5, -0.5, 0.5]) / (0.5 + EPS)
+    expected = torch.tensor([0.5, -0.5, -0.5, 0.5]) / (math.sqrt(1 / 3) + EPS)
     torch.testing.assert_close(adv, expected)
+
+
+def test_population_std_scales_advantages_by_sqrt_g_over_g_minus_1():
+    # REFERENCE.md 1: at G = 8 the population std makes every advantage 1.069x larger
+    # (sqrt(8/7)), at G = 16 1.033x (sqrt(16/15)); eps = 0 isolates the factor.
+    for group_size, factor in ((8, 1.0690), (16, 1.0328)):
+        rewards = torch.arange(group_size, dtype=torch.float64) % 3
+        unbiased = group_advantages(rewards, group_size, eps=0.0)
+        population = group_advantages(rewards, group_size, eps=0.0, std="population")
+        ratio = population / unbiased
+        torch.testing.assert_close(ratio, torch.full_like(ratio, factor), atol=1e-4, rtol=0)
 
 
 def test_group_advantages_int_and_bool_rewards_become_float():
     adv = group_advantages(torch.tensor([True, False]), 2)
     assert adv.dtype == torch.get_default_dtype()
-    torch.testing.assert_close(adv, torch.tensor([0.5, -0.5]) / (0.5 + EPS))
+    # unbiased std of (1, 0): sqrt(0.5)
+    torch.testing.assert_close(adv, torch.tensor([0.5, -0.5]) / (math.sqrt(0.5) + EPS))
 
 
 @settings(max_examples=30, deadline=None)
 @given(
-    group_size=st.integers(1, 6),
+    group_size=st.integers(2, 6),
     groups=st.integers(1, 4),
     data=st.data(),
     scale=st.sampled_from(["group", "batch", "none"]),
@@ -94,9 +124,9 @@ def test_group_advantages_zero_mean_per_group(group_size, groups, data, scale):
     adv = group_advantages(torch.tensor(values, dtype=torch.float64), group_size, scale=scale)
     sums = adv.view(groups, group_size).sum(dim=1)
     torch.testing.assert_close(sums, torch.zeros(groups, dtype=torch.float64), atol=1e-6, rtol=0)
-    # population std of a group's advantages is std / (std + eps) <= 1 with scale="group"
+    # the (unbiased) std of a group's advantages is std / (std + eps) <= 1 with scale="group"
     if scale == "group":
-        assert bool((adv.view(groups, group_size).std(dim=1, unbiased=False) <= 1.0).all())
+        assert bool((adv.view(groups, group_size).std(dim=1) <= 1.0).all())
 
 
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
@@ -118,6 +148,10 @@ def test_group_advantages_errors():
         group_advantages(torch.tensor([0.0, math.nan]), 2)
     with pytest.raises(ValueError, match="group_size must be a positive int"):
         group_advantages(torch.zeros(4), 0)
+    with pytest.raises(ValueError, match="std='sample' is not one of unbiased, population"):
+        group_advantages(torch.zeros(4), 2, std="sample")
+    with pytest.raises(ValueError, match="needs group_size >= 2"):
+        group_advantages(torch.zeros(4), 1)
 
 
 # --- group_types ---------------------------------------------------------------------------
@@ -205,9 +239,9 @@ def test_lens_advantages_hand_computed():
     pbar = torch.tensor([0.5, 0.4, 0.2, 0.8, 0.5, 0.25, 0.1, 0.05, 0.9, 0.9, 0.9, 0.9])
     correct = torch.tensor([1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1])
     adv = lens_advantages(correct.bool(), pbar.log().double(), 4, alpha=0.25)
-    # mixed group: rt = (1, -1/12, -1/28, 1) GRPO-normalised with population std + 1e-4
+    # mixed group: rt = (1, -1/12, -1/28, 1) GRPO-normalised with the unbiased std + 1e-4
     rt = [1, -1 / 12, -1 / 28, 1]
-    mean, std = sum(rt) / 4, _pstd(rt)
+    mean, std = sum(rt) / 4, _ustd(rt)
     mixed = [(r - mean) / (std + EPS) for r in rt]
     # negative group: rt = -(1/4)(1, 1/3, 1/9, 1/19), A = 0.25 (rt - mean rt)
     rt_neg = [-0.25, -0.25 / 3, -0.25 / 9, -0.25 / 19]
@@ -245,10 +279,10 @@ def test_lens_ablation_modes():
     # mixed_only: negative group silenced, mixed group as full
     torch.testing.assert_close(mixed_only[:4], full[:4])
     assert torch.equal(mixed_only[4:], torch.zeros(4, dtype=torch.float64))
-    # negative_only: plain binary GRPO in the mixed group: +-0.5 / (0.5 + 1e-4)
+    # negative_only: plain binary GRPO in the mixed group: +-0.5 / (sqrt(1/3) + 1e-4)
     torch.testing.assert_close(
         negative_only[:4],
-        torch.tensor([0.5, -0.5, -0.5, 0.5], dtype=torch.float64) / (0.5 + EPS),
+        torch.tensor([0.5, -0.5, -0.5, 0.5], dtype=torch.float64) / (math.sqrt(1 / 3) + EPS),
     )
     torch.testing.assert_close(negative_only[4:], full[4:])
     # full mode differs from plain GRPO in the mixed group: the less confident mistake
@@ -263,7 +297,7 @@ def test_lens_advantages_from_rewards_hand_computed():
     adv = lens_advantages_from_rewards(calibrated, plain, correct, 4, alpha=0.25)
     # mixed group: GRPO of calibrated (3.2, 0.5, 1.0, 0.1)
     values = [3.2, 0.5, 1.0, 0.1]
-    mean, std = sum(values) / 4, _pstd(values)
+    mean, std = sum(values) / 4, _ustd(values)
     mixed = [(v - mean) / (std + EPS) for v in values]
     # negative group: mean (0.7 + 0.2 + 0.3 + 0) / 4 = 0.3; 0.25 * (0.4, -0.1, 0, -0.3)
     negative = [0.1, -0.025, 0.0, -0.075]
@@ -271,7 +305,7 @@ def test_lens_advantages_from_rewards_hand_computed():
     # negative_only: the mixed group normalises plain (4, 0.5, 1, 0) instead
     adv_neg_only = lens_advantages_from_rewards(calibrated, plain, correct, 4, mode="negative_only")
     values = [4.0, 0.5, 1.0, 0.0]
-    mean, std = sum(values) / 4, _pstd(values)
+    mean, std = sum(values) / 4, _ustd(values)
     torch.testing.assert_close(
         adv_neg_only[:4],
         torch.tensor([(v - mean) / (std + EPS) for v in values], dtype=torch.float64),
@@ -300,3 +334,71 @@ def test_lens_errors():
         lens_rewards(correct, torch.tensor([-1.0, -math.inf, -1.0, -1.0]), 2)
     with pytest.raises(ValueError, match="0/1"):
         lens_rewards(torch.tensor([2, 0, 0, 0]), logp, 2)
+
+
+def test_lens_mixed_groups_use_the_chosen_std():
+    calibrated = torch.tensor([3.2, 0.5, 1.0, 0.1], dtype=torch.float64)
+    correct = torch.tensor([True, False, False, False])
+    values = calibrated.tolist()
+    mean = sum(values) / 4
+    for std, spread in (("unbiased", _ustd(values)), ("population", _pstd(values))):
+        adv = lens_advantages_from_rewards(calibrated, None, correct, 4, std=std)
+        expected = torch.tensor([(v - mean) / (spread + EPS) for v in values], dtype=torch.float64)
+        torch.testing.assert_close(adv, expected)
+
+
+# --- LENS difficulty from the raw sequence probability (Eq. 14 as typeset) ------------------
+
+
+def test_lens_rewards_sequence_difficulty_hand_computed():
+    # one mixed group: the correct completion has pbar 0.9, the three mistakes pbar 0.1
+    pbar = torch.tensor([0.9, 0.1, 0.1, 0.1], dtype=torch.float64)
+    correct = torch.tensor([1, 0, 0, 0])
+
+    def rewards(correct_length: int) -> torch.Tensor:
+        lengths = torch.tensor([correct_length, 7, 7, 7])
+        return lens_rewards(correct, pbar.log(), 4, difficulty="sequence", lengths=lengths)
+
+    def mistakes(d: float) -> torch.Tensor:
+        return torch.full((3,), -0.25 * 0.1 / (d - 0.1), dtype=torch.float64)
+
+    # |o| = 1: the sequence probability is pbar: D_imp = 4 / (1/0.9) = 3.6 > 1.8 = 2 max pbar
+    torch.testing.assert_close(rewards(1), lens_rewards(correct, pbar.log(), 4))
+    torch.testing.assert_close(rewards(1)[1:], mistakes(3.6))
+    # |o| = 2: P = 0.81, D_imp = 4 * 0.81 = 3.24 still above the floor
+    torch.testing.assert_close(rewards(2)[1:], mistakes(3.24))
+    # |o| = 10: P = 0.9^10 = 0.3487, D_imp = 1.395 < 1.8: the floor D = 2 max pbar wins
+    torch.testing.assert_close(rewards(10)[1:], mistakes(1.8))
+    # the mistakes' lengths never enter (only correct completions make D_imp)
+    assert rewards(10)[0].item() == 1.0
+
+
+def test_lens_rewards_sequence_difficulty_never_overflows():
+    # sum of log-probs -1e6 nats: exp would underflow to 0 and 1/P overflow; in log space D is
+    # the floor 2 max pbar and every value is finite.
+    mean_logp = torch.tensor([-1.0, -2.0, -1.0, -3.0])
+    lengths = torch.tensor([1_000_000, 10, 10, 10])
+    rt = lens_rewards(torch.tensor([1, 0, 0, 0]), mean_logp, 4, "sequence", lengths)
+    assert bool(torch.isfinite(rt).all())
+    assert rt[2].item() == pytest.approx(-0.25, abs=1e-6)  # top confidence: u = 1/2
+    with pytest.raises(ValueError, match="needs the completion lengths"):
+        lens_rewards(torch.tensor([1, 0, 0, 0]), mean_logp, 4, "sequence")
+    with pytest.raises(ValueError, match="difficulty='raw' is not one of pbar, sequence"):
+        lens_rewards(torch.tensor([1, 0, 0, 0]), mean_logp, 4, "raw")
+
+
+# --- the calibrated correctness inside a weighted reward sum (AMIR-GRPO + LENS) -------------
+
+
+def test_lens_calibrated_total_hand_computed():
+    # AMIR rewards: correctness 2.0 (weight 1) + other components; rows 0 and 2 correct.
+    total = torch.tensor([3.1, 0.9, 2.7, 0.4])
+    correctness = torch.tensor([2.0, 0.0, 2.0, 0.0])
+    correct = torch.tensor([True, False, True, False])
+    rt = torch.tensor([1.0, -0.1, 1.0, -0.02])
+    out = lens_calibrated_total(total, correctness, correct, rt, correct_reward=2.0)
+    # wrong rows: total - 0 + 2.0 * rt; correct rows keep their total
+    torch.testing.assert_close(out, torch.tensor([3.1, 0.9 - 0.2, 2.7, 0.4 - 0.04]))
+    # the binary reward alone: the total becomes rt itself
+    binary = correct.float()
+    torch.testing.assert_close(lens_calibrated_total(binary, binary, correct, rt, 1.0), rt)

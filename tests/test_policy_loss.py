@@ -140,7 +140,7 @@ def test_matches_loop_reference(seed, level):
     old = logp.detach() + 0.4 * torch.randn(4, 6, generator=generator, dtype=torch.float64)
     adv = torch.randn(4, generator=generator, dtype=torch.float64)
     mask = _mask(torch.randint(0, 7, (4,), generator=generator).tolist(), 6)
-    loss, _ = policy_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.3, level=level)
+    loss, _ = policy_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.3, ratio_level=level)
     if level == "token":
         expected = _reference_token_loss(logp, old, adv, mask, 0.2, 0.3)
     else:
@@ -171,7 +171,7 @@ def test_sequence_ratio_value_and_gradient():
     logp = (old + delta).requires_grad_()
     mask = _mask([3, 1], 3)
     adv = torch.tensor([0.5, -2.0], dtype=torch.float64)
-    loss, metrics = policy_loss(logp, old, adv, mask, level="sequence")
+    loss, metrics = policy_loss(logp, old, adv, mask, ratio_level="sequence")
     rho = [math.exp(0.1), math.exp(-0.05)]  # both inside [0.8, 1.2]: unclipped
     # grpo aggregation: mean_i (-rho_i A_i), every token of i carries the same loss
     assert loss.item() == pytest.approx((-rho[0] * 0.5 + rho[1] * 2.0) / 2)
@@ -191,7 +191,7 @@ def test_sequence_ratio_clipped_as_a_whole():
     old = torch.zeros(1, 3, dtype=torch.float64)
     logp = torch.tensor([[0.5, 0.5, -0.1]], dtype=torch.float64, requires_grad=True)
     mask = torch.ones(1, 3, dtype=torch.bool)
-    loss, metrics = policy_loss(logp, old, torch.tensor([1.0]), mask, level="sequence")
+    loss, metrics = policy_loss(logp, old, torch.tensor([1.0]), mask, ratio_level="sequence")
     assert loss.item() == pytest.approx(-1.2)
     loss.backward()
     assert torch.equal(logp.grad, torch.zeros(1, 3, dtype=torch.float64))
@@ -206,7 +206,7 @@ def test_padding_values_never_leak():
     old = torch.tensor([[-1.0, 50.0], [-0.5, 0.0]])
     mask = _mask([1, 1], 2)
     for level in ("token", "sequence"):
-        loss, metrics = policy_loss(logp, old, torch.tensor([1.0, -1.0]), mask, level=level)
+        loss, metrics = policy_loss(logp, old, torch.tensor([1.0, -1.0]), mask, ratio_level=level)
         (grad,) = torch.autograd.grad(loss, logp)
         assert math.isfinite(loss.item())
         assert bool(torch.isfinite(grad).all())
@@ -215,8 +215,8 @@ def test_padding_values_never_leak():
 
 def test_policy_loss_errors():
     logp, mask, adv = torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2)
-    with pytest.raises(ValueError, match="level='seq' is not one of token, sequence"):
-        policy_loss(logp, None, adv, mask, level="seq")
+    with pytest.raises(ValueError, match="ratio_level='seq' is not one of token, sequence"):
+        policy_loss(logp, None, adv, mask, ratio_level="seq")
     with pytest.raises(ValueError, match="aggregation='bnpo' is not one of grpo, dapo, dr_grpo"):
         policy_loss(logp, None, adv, mask, aggregation="bnpo")
     with pytest.raises(ValueError, match="eps_low must be < 1"):

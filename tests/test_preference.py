@@ -9,7 +9,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groupwise.algorithms import AdaptiveLambda, mine_pairs, preference_loss
+from groupwise.algorithms import (
+    AdaptiveLambda,
+    mine_pairs,
+    preference_coefficients,
+    preference_loss,
+    preference_surrogate,
+)
 
 
 def _log1p_exp_neg(z: float) -> float:
@@ -193,6 +199,101 @@ def test_preference_loss_errors():
         preference_loss(policy, torch.zeros(2), torch.tensor([0]), torch.tensor([1]), beta=1.0)
 
 
+# --- preference_coefficients: L_pref in per-completion form ----------------------------------
+
+
+def test_preference_coefficients_hand_computed():
+    # one group of 3, reference-free, beta 0.5; pairs (0, 1) and (0, 2), P = 2
+    l_old = torch.tensor([-0.2, -1.0, -0.6], dtype=torch.float64)
+    chosen, rejected = torch.tensor([0, 0]), torch.tensor([1, 2])
+    terms = preference_coefficients(l_old, None, chosen, rejected, beta=0.5)
+    z = [0.5 * 0.8, 0.5 * 0.4]
+    s = [1 / (1 + math.exp(v)) for v in z]  # sigmoid(-z)
+    # c_0 = -(beta/P)(s_01 + s_02), c_1 = +(beta/P) s_01, c_2 = +(beta/P) s_02
+    expected = torch.tensor([-0.25 * (s[0] + s[1]), 0.25 * s[0], 0.25 * s[1]], dtype=torch.float64)
+    torch.testing.assert_close(terms.coefficients, expected)
+    torch.testing.assert_close(
+        terms.pair_losses, torch.tensor([_log1p_exp_neg(v) for v in z], dtype=torch.float64)
+    )
+    torch.testing.assert_close(terms.logp_margins, torch.tensor([0.8, 0.4], dtype=torch.float64))
+    # the coefficients of a group sum to 0 (every pair adds +w and -w)
+    assert abs(terms.coefficients.sum().item()) < 1e-15
+    # a batch's normaliser: these 2 pairs as a part of 8 pairs in all scale c by 2/8
+    part = preference_coefficients(l_old, None, chosen, rejected, beta=0.5, num_pairs=8)
+    torch.testing.assert_close(part.coefficients, expected / 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    group_size=st.integers(2, 6),
+    groups=st.integers(1, 4),
+    data=st.data(),
+    margin=st.sampled_from([0.0, 0.5, 1.0]),
+    mode=st.sampled_from(["all", "topk"]),
+    cap=st.sampled_from([None, 1, 3]),
+    with_reference=st.booleans(),
+    beta=st.sampled_from([0.1, 0.5, 2.0]),
+)
+def test_coefficient_surrogate_has_the_gradient_of_preference_loss(
+    group_size, groups, data, margin, mode, cap, with_reference, beta
+):
+    size = group_size * groups
+    rewards = torch.tensor(data.draw(st.lists(st.integers(0, 8), min_size=size, max_size=size)))
+    chosen, rejected = mine_pairs(rewards.double() / 4, group_size, margin, mode, cap)
+    seed = data.draw(st.integers(0, 2**16))
+    generator = torch.Generator().manual_seed(seed)
+    l_theta = (-3 * torch.rand(size, generator=generator, dtype=torch.float64)).requires_grad_()
+    ref = -3 * torch.rand(size, generator=generator, dtype=torch.float64)
+    ref = ref if with_reference else None
+
+    (grad_definition,) = torch.autograd.grad(
+        preference_loss(l_theta, ref, chosen, rejected, beta), l_theta
+    )
+    terms = preference_coefficients(l_theta.detach(), ref, chosen, rejected, beta)
+    (grad_surrogate,) = torch.autograd.grad(
+        preference_surrogate(l_theta, terms.coefficients), l_theta
+    )
+    torch.testing.assert_close(grad_surrogate, grad_definition, rtol=1e-12, atol=1e-15)
+    # the value of L_pref from the same quantities
+    expected = preference_loss(l_theta.detach(), ref, chosen, rejected, beta)
+    got = terms.pair_losses.sum() / max(chosen.numel(), 1)
+    torch.testing.assert_close(got, expected)
+    # rows in no pair get 0
+    paired = torch.zeros(size, dtype=torch.bool)
+    paired[chosen] = paired[rejected] = True
+    assert bool((terms.coefficients[~paired] == 0).all())
+    # split into two parts of whole groups with the batch's P: the parts' gradients add up
+    cut = (groups // 2) * group_size
+    total = torch.zeros(size, dtype=torch.float64)
+    for lo, hi in ((0, cut), (cut, size)):
+        inside = (chosen >= lo) & (chosen < hi)
+        part = preference_coefficients(
+            l_theta.detach()[lo:hi],
+            None if ref is None else ref[lo:hi],
+            chosen[inside] - lo,
+            rejected[inside] - lo,
+            beta,
+            num_pairs=chosen.numel(),
+        )
+        total[lo:hi] = part.coefficients
+    torch.testing.assert_close(total, grad_definition, rtol=1e-12, atol=1e-15)
+
+
+def test_preference_coefficients_errors():
+    l_old = torch.zeros(4)
+    pairs = torch.tensor([0]), torch.tensor([1])
+    with pytest.raises(ValueError, match="num_pairs must be an int >= 1"):
+        preference_coefficients(l_old, None, *pairs, beta=0.5, num_pairs=0)
+    with pytest.raises(ValueError, match="beta must be > 0"):
+        preference_coefficients(l_old, None, *pairs, beta=0.0)
+    with pytest.raises(ValueError, match="must match"):
+        preference_coefficients(l_old, torch.zeros(3), *pairs, beta=0.5)
+    with pytest.raises(ValueError, match="one per completion"):
+        preference_surrogate(l_old, torch.zeros(3))
+    empty = preference_coefficients(l_old, None, torch.zeros(0).long(), torch.zeros(0).long(), 0.5)
+    assert torch.equal(empty.coefficients, torch.zeros(4)) and empty.pair_losses.numel() == 0
+
+
 # --- AdaptiveLambda ------------------------------------------------------------------------
 
 
@@ -266,3 +367,29 @@ def test_adaptive_lambda_state_round_trip():
 def test_adaptive_lambda_validates_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         AdaptiveLambda(**kwargs)
+
+
+def test_adaptive_lambda_measures():
+    loss = AdaptiveLambda(measure="loss")
+    # official rule on losses: ratio 0.01 * 25 / 1 = 0.25 < 0.3 -> grows; gradients ignored
+    assert loss.observe_losses(1.0, 25.0) == pytest.approx(0.0125)
+    assert loss.observe_gradient_norms(1.0, 1000.0) == pytest.approx(0.0125)
+    assert not loss.measures_gradient(0)
+
+    grad = AdaptiveLambda(measure="grad", every=3)
+    assert [grad.measures_gradient(step) for step in range(4)] == [True, False, False, True]
+    # ratio = 0.01 * 100 / 1 = 1.0 > 0.7 -> shrinks; losses ignored
+    assert grad.observe_losses(1.0, 25.0) == 0.01
+    assert grad.observe_gradient_norms(1.0, 100.0) == pytest.approx(0.008)
+    # no preference gradient (no pairs): no update
+    assert grad.observe_gradient_norms(1.0, 0.0) == pytest.approx(0.008)
+    # ratio 0.008 * 10 / 1 = 0.08 < 0.3 -> grows
+    assert grad.observe_gradient_norms(1.0, 10.0) == pytest.approx(0.01)
+
+    fixed = AdaptiveLambda(measure="fixed")
+    assert fixed.observe_losses(1.0, 25.0) == fixed.observe_gradient_norms(1.0, 100.0) == 0.01
+    assert not fixed.measures_gradient(0)
+    with pytest.raises(ValueError, match="measure='both' is not one of loss, grad, fixed"):
+        AdaptiveLambda(measure="both")
+    with pytest.raises(ValueError, match="every must be an int >= 1"):
+        AdaptiveLambda(every=0)

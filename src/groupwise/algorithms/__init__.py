@@ -1,6 +1,14 @@
-"""Pure tensor math of GRPO, AMIR-GRPO and LENS (REFERENCE.md sections 1-3); imports only torch.
+"""Every algorithm decision of GRPO, AMIR-GRPO and LENS, as pure tensor math (REFERENCE.md 1-3).
 
-Batches are group-major: the G completions of question g are rows g*G .. g*G+G-1.
+Imports only torch. Batches are group-major: the G completions of question g are rows
+g*G .. g*G+G-1. What an engine calls (DESIGN.md, "One algorithm core, several engines"):
+
+- at advantage time, where whole groups are visible: an advantage estimator by name
+  (`get_advantage_estimator`: "grpo", "lens"), AMIR's pairs (`mine_pairs`) and per-completion
+  coefficients (`preference_coefficients`);
+- at loss time, per row: `loss_terms` (clipped surrogate, KL, the AMIR term), weighted by
+  `micro_batch_share`;
+- once per loss computation: `AdaptiveLambda`.
 """
 
 from groupwise.algorithms.advantages import (
@@ -8,24 +16,57 @@ from groupwise.algorithms.advantages import (
     group_types,
     lens_advantages,
     lens_advantages_from_rewards,
+    lens_calibrated_total,
     lens_rewards,
 )
+from groupwise.algorithms.estimators import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageEstimator,
+    Advantages,
+    AdvantageSettings,
+    GroupRewards,
+    get_advantage_estimator,
+    register_advantage_estimator,
+)
 from groupwise.algorithms.logprobs import sequence_mean_logp, token_logprobs
+from groupwise.algorithms.objective import LossSettings, LossTerms, loss_terms, micro_batch_share
 from groupwise.algorithms.policy_loss import aggregate_token_losses, kl_k3, policy_loss
-from groupwise.algorithms.preference import AdaptiveLambda, mine_pairs, preference_loss
+from groupwise.algorithms.preference import (
+    AdaptiveLambda,
+    PreferenceTerms,
+    mine_pairs,
+    preference_coefficients,
+    preference_loss,
+    preference_surrogate,
+)
 
 __all__ = [
+    "ADVANTAGE_ESTIMATORS",
     "AdaptiveLambda",
+    "AdvantageEstimator",
+    "AdvantageSettings",
+    "Advantages",
+    "GroupRewards",
+    "LossSettings",
+    "LossTerms",
+    "PreferenceTerms",
     "aggregate_token_losses",
+    "get_advantage_estimator",
     "group_advantages",
     "group_types",
     "kl_k3",
     "lens_advantages",
     "lens_advantages_from_rewards",
+    "lens_calibrated_total",
     "lens_rewards",
+    "loss_terms",
+    "micro_batch_share",
     "mine_pairs",
     "policy_loss",
+    "preference_coefficients",
     "preference_loss",
+    "preference_surrogate",
+    "register_advantage_estimator",
     "sequence_mean_logp",
     "token_logprobs",
 ]

@@ -8,7 +8,7 @@ from torch import Tensor
 from groupwise.algorithms.advantages import _as_bool, _check_choice
 from groupwise.algorithms.logprobs import _masked_row_mean
 
-LEVELS = ("token", "sequence")
+RATIO_LEVELS = ("token", "sequence")
 AGGREGATIONS = ("grpo", "dapo", "dr_grpo")
 
 
@@ -81,7 +81,7 @@ def policy_loss(
     mask: Tensor,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
-    level: str = "token",
+    ratio_level: str = "token",
     aggregation: str = "grpo",
     max_completion_length: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -89,9 +89,9 @@ def policy_loss(
 
     REFERENCE.md section 1. KL is not included: add gamma * kl_k3 aggregated the same way.
 
-    Importance ratio:
-    - level "token": rho_{i,t} = exp(logp_{i,t} - old_{i,t});
-    - level "sequence" (GSPO): rho_i = exp(mean_t over completion tokens of (logp - old)),
+    Importance ratio, at ratio_level:
+    - "token": rho_{i,t} = exp(logp_{i,t} - old_{i,t});
+    - "sequence" (GSPO): rho_i = exp(mean_t over completion tokens of (logp - old)),
       gradient through the mean, the same rho_i for every token of completion i.
     old_logp=None means on-policy (num_iterations = 1): old = logp.detach(), rho = 1 with the
     gradient of rho, so no extra forward pass is needed. old_logp is always a constant.
@@ -108,7 +108,7 @@ def policy_loss(
         advantages: [B], one per completion.
         mask: [B, T] bool or 0/1, True on completion tokens.
         eps_low, eps_high: clip range; 0 <= eps_low < 1, eps_high >= 0.
-        level: "token" | "sequence".
+        ratio_level: "token" | "sequence", where the importance ratio is taken.
         aggregation: "grpo" | "dapo" | "dr_grpo".
         max_completion_length: denominator length of "dr_grpo", int >= 1 or None.
 
@@ -119,10 +119,10 @@ def policy_loss(
         "clip_fraction_high": rho > 1 + eps_high and A > 0;
         "clip_fraction": either of the two;
         "ratio_mean": mean of rho over masked tokens.
-        At level "sequence" every token carries its completion's rho, so these are
+        At ratio_level "sequence" every token carries its completion's rho, so these are
         token-weighted fractions (TRL averages over completions there instead).
     """
-    _check_choice(level, "level", LEVELS)
+    _check_choice(ratio_level, "ratio_level", RATIO_LEVELS)
     _check_choice(aggregation, "aggregation", AGGREGATIONS)
     _check_eps(eps_low, "eps_low", upper=1.0)
     _check_eps(eps_high, "eps_high", upper=None)
@@ -139,7 +139,7 @@ def policy_loss(
     old = logp.detach() if old_logp is None else old_logp.detach().to(logp.dtype)
     # Masked positions get log-ratio 0 before exp, so padding can never overflow into NaN.
     log_ratio = torch.where(mask, logp - old, torch.zeros_like(logp))
-    if level == "sequence":
+    if ratio_level == "sequence":
         log_ratio = _masked_row_mean(log_ratio, mask).unsqueeze(1).expand_as(logp)
     ratio = torch.exp(log_ratio)
     adv = advantages.detach().to(logp.dtype).unsqueeze(1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,7 @@ from torch import Tensor
 from groupwise.algorithms.advantages import _as_float, _as_groups, _check_choice
 
 PAIR_MODES = ("all", "topk")
+LAMBDA_MEASURES = ("loss", "grad", "fixed")
 
 
 def _check_number(value: object, name: str, *, positive: bool) -> float:
@@ -25,6 +27,21 @@ def _check_number(value: object, name: str, *, positive: bool) -> float:
     if not positive and not value >= 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
     return float(value)
+
+
+def _check_pairs(chosen: Tensor, rejected: Tensor) -> None:
+    for name, index in (("chosen", chosen), ("rejected", rejected)):
+        if (
+            not isinstance(index, Tensor)
+            or index.dim() != 1
+            or index.is_floating_point()
+            or index.dtype == torch.bool
+        ):
+            raise ValueError(f"{name} must be a 1-D integer tensor [P] of row indices")
+    if chosen.shape != rejected.shape:
+        raise ValueError(
+            f"chosen has {chosen.numel()} pairs, rejected {rejected.numel()}: they must match"
+        )
 
 
 def mine_pairs(
@@ -114,18 +131,7 @@ def preference_loss(
     beta = _check_number(beta, "beta", positive=True)
     if not isinstance(policy_mean_logp, Tensor) or policy_mean_logp.dim() != 1:
         raise ValueError("policy_mean_logp must be a 1-D tensor [B]")
-    for name, index in (("chosen", chosen), ("rejected", rejected)):
-        if (
-            not isinstance(index, Tensor)
-            or index.dim() != 1
-            or index.is_floating_point()
-            or index.dtype == torch.bool
-        ):
-            raise ValueError(f"{name} must be a 1-D integer tensor [P] of row indices")
-    if chosen.shape != rejected.shape:
-        raise ValueError(
-            f"chosen has {chosen.numel()} pairs, rejected {rejected.numel()}: they must match"
-        )
+    _check_pairs(chosen, rejected)
     margins = policy_mean_logp
     if ref_mean_logp is not None:
         if ref_mean_logp.shape != policy_mean_logp.shape:
@@ -139,19 +145,121 @@ def preference_loss(
     return -F.logsigmoid(z).sum() / max(chosen.numel(), 1)
 
 
+@dataclass(frozen=True)
+class PreferenceTerms:
+    """AMIR-GRPO's preference term at the rollout policy, in per-completion form.
+
+    coefficients: [B] c_k = dL_pref / dl_k at l = l_old (0 for a completion in no pair);
+        the loss adds lambda * sum_k c_k * l_k(theta) (preference_surrogate).
+    pair_losses: [P] -log sigmoid(z_p) of each pair at l_old (nats); L_pref is their sum over
+        the whole batch divided by its pair count.
+    logp_margins: [P] l_old(chosen) - l_old(rejected) of each pair (nats per token).
+    """
+
+    coefficients: Tensor
+    pair_losses: Tensor
+    logp_margins: Tensor
+
+
+def preference_coefficients(
+    mean_logp_old: Tensor,
+    ref_mean_logp: Tensor | None,
+    chosen: Tensor,
+    rejected: Tensor,
+    beta: float,
+    num_pairs: int | None = None,
+) -> PreferenceTerms:
+    """L_pref as one coefficient per completion, c_k = dL_pref / dl_k at l = l_old.
+
+    REFERENCE.md 2. With z_p = beta [(l_c - l_ref,c) - (l_r - l_ref,r)] for pair p = (c, r) and
+    L_pref = -(1/P) sum_p log sigmoid(z_p):
+
+        c_k = -(beta / P) [ sum_{p: c_p = k} sigmoid(-z_p) - sum_{p: r_p = k} sigmoid(-z_p) ]
+
+    evaluated at the rollout policy's l_old. The engine adds lambda * sum_k c_k l_k(theta) to its
+    loss. While theta is the rollout policy (the first update of a rollout batch: one mini-batch,
+    first epoch) its gradient is exactly lambda * grad L_pref; it is a sum over rows, so any
+    split into micro-batches or processes adds up to it with no pooling of pairs. After the
+    policy has moved (mini-batches 2+, epochs 2+) it is the first-order expansion of L_pref
+    around l_old: the pairs' weights sigmoid(-z) stay those of the rollout policy, as
+    advantages stay fixed in the clipped surrogate, instead of following theta.
+
+    Args:
+        mean_logp_old: [B] l(q, o) under the rollout policy (nats per token); detached here.
+        ref_mean_logp: [B] l_ref under the reference policy, or None (reference-free: l_ref = 0).
+        chosen, rejected: LongTensors [P] of row indices into these B rows (mine_pairs).
+        beta: beta_DPO > 0.
+        num_pairs: P, the pair count L_pref is averaged over: by default chosen.numel(); pass
+            the whole batch's count when these rows are one part of it, so that the parts'
+            coefficients add up to the batch's.
+
+    Returns:
+        PreferenceTerms (coefficients [B] in mean_logp_old's float dtype, pair_losses [P],
+        logp_margins [P]).
+    """
+    beta = _check_number(beta, "beta", positive=True)
+    if not isinstance(mean_logp_old, Tensor) or mean_logp_old.dim() != 1:
+        raise ValueError("mean_logp_old must be a 1-D tensor [B]")
+    _check_pairs(chosen, rejected)
+    pairs = chosen.numel() if num_pairs is None else num_pairs
+    if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < chosen.numel():
+        raise ValueError(
+            f"num_pairs must be an int >= {chosen.numel()} (the pairs given), got {pairs!r}"
+        )
+    l_old = _as_float(mean_logp_old, "mean_logp_old").detach()
+    margins = l_old
+    if ref_mean_logp is not None:
+        if ref_mean_logp.shape != l_old.shape:
+            raise ValueError(
+                f"ref_mean_logp has shape {tuple(ref_mean_logp.shape)}, mean_logp_old "
+                f"{tuple(l_old.shape)}: they must match"
+            )
+        margins = margins - ref_mean_logp.detach().to(margins.dtype)
+    z = beta * (margins[chosen] - margins[rejected])
+    weight = torch.sigmoid(-z) * (beta / max(pairs, 1))
+    coefficients = torch.zeros_like(l_old)
+    coefficients.index_add_(0, chosen, -weight)
+    coefficients.index_add_(0, rejected, weight)
+    return PreferenceTerms(coefficients, -F.logsigmoid(z), l_old[chosen] - l_old[rejected])
+
+
+def preference_surrogate(policy_mean_logp: Tensor, coefficients: Tensor) -> Tensor:
+    """sum_k c_k * l_k(theta): the AMIR term an engine adds to its loss, times lambda_reg.
+
+    Its gradient is the gradient of L_pref at the rollout policy (preference_coefficients);
+    its value is not L_pref (log PreferenceTerms.pair_losses for that).
+
+    Args:
+        policy_mean_logp: [b] l(q, o) under the current policy, with gradient.
+        coefficients: [b] c_k for the same rows (a constant).
+
+    Returns:
+        scalar, differentiable w.r.t. policy_mean_logp.
+    """
+    if policy_mean_logp.shape != coefficients.shape:
+        raise ValueError(
+            f"coefficients have shape {tuple(coefficients.shape)}, policy_mean_logp "
+            f"{tuple(policy_mean_logp.shape)}: one per completion"
+        )
+    return (coefficients.detach().to(policy_mean_logp.dtype) * policy_mean_logp).sum()
+
+
 class AdaptiveLambda:
-    """Adaptive weight lambda_reg of the preference loss (REFERENCE.md section 2, official code).
+    """Adaptive weight lambda_reg of the preference loss and how it is measured (REFERENCE.md 2).
 
     Band rule on a measured ratio: ratio < low -> lambda = min(max_value, up * lambda);
     ratio > high -> lambda = max(min_value, down * lambda); inside the band unchanged.
 
-    - update(pg_loss, pref_loss): the official "loss" measure,
-      ratio = lambda * L_pref / max(1e-9, L_GRPO) with the lambda before the update.
-    - update_from_ratio(ratio): the same rule on an externally measured ratio (the "grad"
-      measure: the trainer passes ||lambda grad L_pref|| / ||grad L_GRPO||).
+    measure (who calls what, once per loss computation that has pairs):
+    - "loss" (official code): observe_losses(L_GRPO, L_pref), ratio = lambda * L_pref /
+      max(1e-9, L_GRPO) with the lambda before the update, applied before combining;
+    - "grad" (ours): every `every` steps (measures_gradient(step)), observe_gradient_norms(
+      ||grad L_GRPO||, ||grad L_pref||), ratio = lambda * ||grad L_pref|| / ||grad L_GRPO||;
+    - "fixed": lambda stays at init.
+    update(pg, pref) and update_from_ratio(ratio) apply the rule itself, whatever the measure.
 
-    When a batch has no preference pairs the caller must not call either update
-    (REFERENCE: "No pairs -> L_pref = 0 and no update of lambda").
+    When a batch has no preference pairs nothing is observed (REFERENCE: "No pairs -> L_pref
+    = 0 and no update of lambda").
     """
 
     def __init__(
@@ -163,7 +271,12 @@ class AdaptiveLambda:
         down: float = 0.8,
         min_value: float = 0.005,
         max_value: float = 0.05,
+        measure: str = "loss",
+        every: int = 1,
     ) -> None:
+        _check_choice(measure, "measure", LAMBDA_MEASURES)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be an int >= 1, got {every!r}")
         init = _check_number(init, "init", positive=True)
         low = _check_number(low, "low", positive=False)
         high = _check_number(high, "high", positive=False)
@@ -185,7 +298,25 @@ class AdaptiveLambda:
         self.low, self.high = low, high
         self.up, self.down = up, down
         self.min_value, self.max_value = min_value, max_value
+        self.measure, self.every = measure, every
         self._value = init
+
+    def measures_gradient(self, step: int) -> bool:
+        """Whether the engine should keep grad L_pref apart at this step (measure "grad")."""
+        return self.measure == "grad" and step % self.every == 0
+
+    def observe_losses(self, pg_loss: float, pref_loss: float) -> float:
+        """Measure "loss": the official update from one loss computation's detached L_GRPO and
+        L_pref (only where it had pairs); other measures ignore it. Returns lambda."""
+        return self.update(pg_loss, pref_loss) if self.measure == "loss" else self._value
+
+    def observe_gradient_norms(self, pg_norm: float, pref_norm: float) -> float:
+        """Measure "grad": ratio = lambda * ||grad L_pref|| / ||grad L_GRPO|| (norms of the
+        unweighted terms over the trainable parameters); no update when ||grad L_pref|| = 0 (no
+        pairs). Returns lambda."""
+        if self.measure != "grad" or not float(pref_norm) > 0:
+            return self._value
+        return self.update_from_ratio(self._value * float(pref_norm) / max(1e-12, float(pg_norm)))
 
     @property
     def value(self) -> float:

@@ -1,0 +1,151 @@
+"""Advantage estimators by name: what every engine calls at advantage time (REFERENCE.md 1, 3).
+
+An engine (groupwise's trainer, TRL's GRPOTrainer, ...) gathers the rewards of whole groups,
+looks the configured estimator up by name and calls it; it never branches on the method:
+
+    estimator = get_advantage_estimator(name)          # "grpo" | "lens" | a registered one
+    if estimator.needs_rollout_logp: ...               # give it the rollout policy's l(q, o)
+    result = estimator.fn(batch, settings)             # result.advantages, result.rewards
+
+`result.rewards` are the reward totals the advantages were computed from (LENS-calibrated
+under "lens"); AMIR-GRPO mines its preference pairs on them (REFERENCE.md 3, "AMIR-GRPO + LENS
+together"). Register more with `@register_advantage_estimator("name")`, as verl's
+`register_adv_est`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from groupwise.algorithms.advantages import (
+    group_advantages,
+    lens_advantages_from_rewards,
+    lens_calibrated_total,
+    lens_rewards,
+)
+
+
+@dataclass(frozen=True)
+class AdvantageSettings:
+    """Options of the built-in estimators (the config's `algorithm.*` of the same meaning).
+
+    scale: GRPO's std, "group" | "batch" | "none" (Dr.GRPO). std: "unbiased" | "population".
+    eps: added to the std. lens_alpha, lens_mode ("full" | "mixed_only" | "negative_only"),
+    lens_difficulty ("pbar" | "sequence"): LENS, REFERENCE.md 3.
+    """
+
+    scale: str = "group"
+    std: str = "unbiased"
+    eps: float = 1e-4
+    lens_alpha: float = 0.25
+    lens_mode: str = "full"
+    lens_difficulty: str = "pbar"
+
+
+@dataclass(frozen=True)
+class GroupRewards:
+    """What an estimator sees of a batch of whole groups (B rows, group-major).
+
+    rewards: [B] weighted reward totals. correct: [B] bool binary correctness. group_size: G.
+    correctness: [B] the correctness component's weighted contribution to rewards, which LENS
+        replaces by its calibrated value; None means rewards are the binary correctness itself.
+    correct_reward: that contribution for a correct answer (weight x correct value).
+    mean_logp_old: [B] l(q, o) under the rollout policy (nats per token), for estimators that
+        declare needs_rollout_logp. lengths: [B] completion lengths in tokens.
+    """
+
+    rewards: Tensor
+    correct: Tensor
+    group_size: int
+    correctness: Tensor | None = None
+    correct_reward: float = 1.0
+    mean_logp_old: Tensor | None = None
+    lengths: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """advantages: [B], one per completion. rewards: [B] the totals they were computed from."""
+
+    advantages: Tensor
+    rewards: Tensor
+
+
+EstimatorFn = Callable[[GroupRewards, AdvantageSettings], Advantages]
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A named estimator and what it needs beyond rewards (the rollout policy's log-probs)."""
+
+    name: str
+    fn: EstimatorFn
+    needs_rollout_logp: bool = False
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+
+
+def register_advantage_estimator(
+    name: str, *, needs_rollout_logp: bool = False
+) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Decorator adding `fn(batch: GroupRewards, settings) -> Advantages` as `name`."""
+
+    def decorator(fn: EstimatorFn) -> EstimatorFn:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_rollout_logp)
+        return fn
+
+    return decorator
+
+
+def get_advantage_estimator(name: str) -> AdvantageEstimator:
+    """The registered estimator `name`; an unknown name is an error naming the known ones."""
+    if name not in ADVANTAGE_ESTIMATORS:
+        known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+        raise ValueError(f"unknown advantage estimator {name!r}; registered: {known}")
+    return ADVANTAGE_ESTIMATORS[name]
+
+
+@register_advantage_estimator("grpo")
+def grpo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
+    """GRPO: group-normalised reward totals (REFERENCE.md 1)."""
+    advantages = group_advantages(
+        batch.rewards, batch.group_size, scale=settings.scale, eps=settings.eps, std=settings.std
+    )
+    return Advantages(advantages, batch.rewards)
+
+
+@register_advantage_estimator("lens", needs_rollout_logp=True)
+def lens_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
+    """LENS (REFERENCE.md 3): calibrated correctness rt from the rollout policy's confidences,
+    put in place of the correctness component inside the reward total, then LENS's rules per
+    group type (mixed: group-normalised; negative: alpha x de-meaned; all-correct: 0)."""
+    if batch.mean_logp_old is None:
+        raise ValueError("the lens estimator needs mean_logp_old (the rollout policy's l(q, o))")
+    calibrated = lens_rewards(
+        batch.correct,
+        batch.mean_logp_old,
+        batch.group_size,
+        difficulty=settings.lens_difficulty,
+        lengths=batch.lengths,
+    )
+    correctness = batch.rewards if batch.correctness is None else batch.correctness
+    totals = lens_calibrated_total(
+        batch.rewards, correctness, batch.correct, calibrated, batch.correct_reward
+    )
+    advantages = lens_advantages_from_rewards(
+        totals,
+        batch.rewards,
+        batch.correct,
+        batch.group_size,
+        alpha=settings.lens_alpha,
+        mode=settings.lens_mode,
+        eps=settings.eps,
+        std=settings.std,
+    )
+    return Advantages(advantages, totals)

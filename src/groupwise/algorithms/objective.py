@@ -1,0 +1,119 @@
+"""The loss terms of one micro-batch: clipped surrogate, KL and the AMIR preference term.
+
+REFERENCE.md 1 (surrogate, KL, aggregation) and 2 (the preference term, in the per-completion
+form of preference_coefficients). An engine weights and sums them:
+
+    loss = share * (terms.policy + kl_coef * terms.kl) + lambda_reg * terms.preference
+
+where `share` (micro_batch_share) is the micro-batch's part of the batch-level mean, so that
+gradients accumulated over micro-batches (and summed over processes) are those of the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from groupwise.algorithms.advantages import _check_choice
+from groupwise.algorithms.logprobs import sequence_mean_logp
+from groupwise.algorithms.policy_loss import (
+    AGGREGATIONS,
+    aggregate_token_losses,
+    kl_k3,
+    policy_loss,
+)
+from groupwise.algorithms.preference import preference_surrogate
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """eps_low, eps_high: clip range. ratio_level: "token" | "sequence" (GSPO). aggregation:
+    "grpo" | "dapo" | "dr_grpo". max_completion_length: dr_grpo's denominator length (tokens).
+    kl_coef: gamma >= 0; with 0 no KL term is computed."""
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    ratio_level: str = "token"
+    aggregation: str = "grpo"
+    max_completion_length: int | None = None
+    kl_coef: float = 0.0
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """policy: scalar clipped surrogate over the micro-batch. kl: scalar aggregated k3 KL, or
+    None when kl_coef = 0. preference: scalar sum_k c_k l_k(theta), or None without AMIR
+    coefficients. clip: detached clip statistics of policy_loss."""
+
+    policy: Tensor
+    kl: Tensor | None
+    preference: Tensor | None
+    clip: dict[str, Tensor]
+
+    def grpo(self, kl_coef: float) -> Tensor:
+        """L_GRPO of REFERENCE.md 2: the surrogate plus gamma times the KL."""
+        return self.policy if self.kl is None else self.policy + kl_coef * self.kl
+
+
+def loss_terms(
+    logp: Tensor,
+    mask: Tensor,
+    advantages: Tensor,
+    settings: LossSettings,
+    old_logp: Tensor | None = None,
+    ref_logp: Tensor | None = None,
+    coefficients: Tensor | None = None,
+) -> LossTerms:
+    """The three terms of one micro-batch of whole rows.
+
+    Args:
+        logp: [b, T] token log-probs under the current policy (nats), with gradient.
+        mask: [b, T] bool, True on completion tokens.
+        advantages: [b], one per completion.
+        settings: LossSettings.
+        old_logp: [b, T] rollout-policy log-probs, or None while the policy is still the
+            rollout policy (ratio 1 exactly, policy_loss).
+        ref_logp: [b, T] reference log-probs; needed when settings.kl_coef > 0.
+        coefficients: [b] AMIR's c_k of these rows (preference_coefficients), or None.
+
+    Returns:
+        LossTerms.
+    """
+    if settings.kl_coef > 0 and ref_logp is None:
+        raise ValueError("kl_coef > 0 needs ref_logp")
+    policy, clip = policy_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        eps_low=settings.eps_low,
+        eps_high=settings.eps_high,
+        ratio_level=settings.ratio_level,
+        aggregation=settings.aggregation,
+        max_completion_length=settings.max_completion_length,
+    )
+    kl = None
+    if settings.kl_coef > 0:
+        kl = aggregate_token_losses(
+            kl_k3(logp, ref_logp), mask, settings.aggregation, settings.max_completion_length
+        )
+    preference = None
+    if coefficients is not None:
+        preference = preference_surrogate(sequence_mean_logp(logp, mask), coefficients)
+    return LossTerms(policy, kl, preference, clip)
+
+
+def micro_batch_share(
+    aggregation: str, rows: int, tokens: int, batch_rows: int, batch_tokens: int
+) -> float:
+    """Weight of a micro-batch's aggregated loss in the loss of the whole batch.
+
+    "grpo" and "dr_grpo" average over completions: rows / batch_rows; "dapo" averages over
+    tokens: tokens / batch_tokens. Counts are of the whole batch the optimizer step is taken
+    on (every process's rows), so micro-batch losses weighted by it sum to the batch's loss.
+    """
+    _check_choice(aggregation, "aggregation", AGGREGATIONS)
+    if aggregation == "dapo":
+        return tokens / max(batch_tokens, 1)
+    return rows / batch_rows
