@@ -269,7 +269,7 @@ def read_curves(metrics_path: Path) -> dict[str, list[float]]:
     from groupwise.train.metrics_log import read_jsonl
 
     records = read_jsonl(metrics_path)
-    return {key: [float(r[key]) for r in records] for key in ("step", *CURVE_KEYS)}
+    return {key: [float(r.get(key, math.nan)) for r in records] for key in ("step", *CURVE_KEYS)}
 
 
 def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool = False) -> dict:

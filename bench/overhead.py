@@ -8,7 +8,7 @@ two ways, on SmolLM2-135M-Instruct + LoRA 16/16 with the quickstart settings (G=
 tokens), 2 questions per step (16 completions, micro-batches of 8):
 
 1. Fixed batch: one batch of rollouts is generated and scored once; then each algorithm's loss
-   + backward + optimizer update runs on it (Trainer._optimize), the algorithms alternating,
+   + backward + optimizer update runs on it (Trainer.learn), the algorithms alternating,
    and every call of the decoder is counted (the shared-prompt pass calls it twice per
    micro-batch: prompt, then completions). Same tokens for all, so the times compare exactly.
 2. Whole steps (generate, score, update), alternating; noisier (independent samples).
@@ -75,9 +75,7 @@ def use_algorithm(trainer, base, name: str) -> None:
     """Switch the trainer's algorithm options in place (same model, optimizer and data) to
     `base` (the config's algorithm section, plain GRPO) with ALGORITHMS[name] applied: always
     from `base`, so no option of the previously used algorithm carries over."""
-    algorithm = dataclasses.replace(base, **ALGORITHMS[name])
-    trainer.config = dataclasses.replace(trainer.config, algorithm=algorithm)
-    trainer.needs_reference = algorithm.kl_coef > 0 or (algorithm.amir and not algorithm.ref_free)
+    trainer.use_algorithm(dataclasses.replace(base, **ALGORITHMS[name]))
 
 
 class DecoderCalls:
@@ -105,8 +103,11 @@ def main(argv: list[str] | None = None) -> None:
         calls = DecoderCalls(trainer.model)
         cfg = trainer.config
         base = cfg.algorithm
+        import torch
+
         from groupwise.data import render_prompt
         from groupwise.rollout import SamplingParams
+        from groupwise.train.trainer import StepBatch
 
         problems = trainer.sampler.batch(0)
         prompts = [render_prompt(p, cfg.data.prompt, trainer.tokenizer) for p in problems]
@@ -124,10 +125,12 @@ def main(argv: list[str] | None = None) -> None:
                 use_algorithm(trainer, base, name)
                 before = calls.count
                 start = time.perf_counter()
-                metrics, _ = trainer._optimize(rollouts, scores)
+                batch = StepBatch(rollouts, torch.arange(len(rollouts)), scores,
+                                  rollouts.texts, rollouts.truncated)
+                trainer.learn(batch)
                 seconds = time.perf_counter() - start
                 passes[name] = calls.count - before
-                pairs[name] = metrics["pairs"]
+                pairs[name] = batch.chosen.numel()
                 if round_ > 0:  # the first round warms up
                     fixed[name].append(seconds)
                 print(f"fixed batch, {name}: {seconds:.1f} s", flush=True)

@@ -114,16 +114,20 @@ def test_collectives_are_the_identity_in_one_process() -> None:
     assert single.device("cpu") == "cpu"
 
 
-def test_shard_gives_each_process_its_contiguous_questions() -> None:
+def test_question_shard_gives_each_process_its_questions_of_each_minibatch() -> None:
     layout = Distributed()
     layout.world_size = 3
-    parts = []
+    one, two = [], []
     for rank in range(3):
         layout.rank = rank
-        parts.append(layout.shard(list(range(6))))
-    assert parts == [slice(0, 2), slice(2, 4), slice(4, 6)]
-    with pytest.raises(ValueError, match="7 items do not split over 3 processes"):
-        layout.shard(list(range(7)))
+        one.append(layout.question_shard(6))
+        two.append(layout.question_shard(12, minibatches=2))
+    assert one == [[0, 1], [2, 3], [4, 5]]
+    # mini-batch 0 is questions 0..5, mini-batch 1 is 6..11; each process takes 2 of each
+    assert two == [[0, 1, 6, 7], [2, 3, 8, 9], [4, 5, 10, 11]]
+    assert sorted(q for part in two for q in part) == list(range(12))
+    with pytest.raises(ValueError, match="7 questions do not split into 1 mini-batches over 3"):
+        layout.question_shard(7)
 
 
 def test_questions_per_step_must_split_over_the_processes(tmp_path: Path, monkeypatch) -> None:

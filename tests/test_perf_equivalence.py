@@ -1,24 +1,19 @@
 """The speed work changes no number that matters: the shared-prompt forward gives the log-probs
 and gradients of repeated prompts, the inference copy decodes the policy's current weights,
-each prompt's samples ignore the prompts they share a batch with, and the trainer's gradient on
-a fixed batch of completions is the one of the REFERENCE.md formulas computed directly."""
+and each prompt's samples ignore the prompts they share a batch with. (The trainer's gradient on
+a fixed batch against REFERENCE.md: tests/test_trainer_gradients.py.)"""
 
 from __future__ import annotations
 
 import copy
-import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from groupwise.models import LoraSettings, attach_lora, load_model
-from groupwise.rewards import Scores, Verdict
-from groupwise.rollout import Rollouts, SamplingParams, TransformersGenerator
+from groupwise.rollout import SamplingParams, TransformersGenerator
 from groupwise.rollout.transformers_engine import InferenceCopy
 from groupwise.scoring import completion_logprobs
-from groupwise.train.config import load_config
-from groupwise.train.trainer import Trainer
 
 # Two prompts (the first left padded), two completions each, right padded to 4 tokens.
 PROMPT_IDS = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25]])
@@ -154,124 +149,3 @@ def test_a_prompts_samples_do_not_depend_on_the_other_prompts_of_the_batch(tiny)
     assert together.texts[:4] != together.texts[4:]
     with pytest.raises(ValueError, match="1 prompt_seeds for 2 prompts"):
         TransformersGenerator(model, tokenizer).generate(["a", "b"], 1, sampling, prompt_seeds=[1])
-
-
-# -------------------------------------------------------------------------------------------
-# The trainer's gradient on a fixed batch against REFERENCE.md computed by hand
-
-GROUP = 2
-REWARDS = torch.tensor([3.0, 0.0, 1.0, 4.0])  # pairs (margin 2): (0, 1) and (3, 2)
-
-
-class GradientRecorder:
-    """Stands in for the optimizer: keeps the gradient of the update instead of applying it."""
-
-    def __init__(self, params: list[torch.Tensor]) -> None:
-        self.params = params
-        self.grads: list[torch.Tensor] = []
-
-    def step(self) -> None:
-        self.grads = [p.grad.clone() for p in self.params]
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.params:
-            p.grad = None
-
-
-def fixed_batch() -> tuple[Rollouts, Scores]:
-    rollouts = Rollouts(
-        prompt_ids=PROMPT_IDS,
-        prompt_mask=PROMPT_MASK,
-        completion_ids=COMPLETION_IDS,
-        completion_mask=COMPLETION_MASK,
-        texts=["a", "b", "c", "d"],
-        truncated=torch.zeros(4, dtype=torch.bool),
-        group_size=GROUP,
-    )
-    scores = Scores(
-        columns={"text_hash": REWARDS},
-        weights={"text_hash": 1.0},
-        total=REWARDS,
-        correct=torch.zeros(4, dtype=torch.bool),
-        verdicts=[Verdict("no_answer", None)] * 4,
-    )
-    return rollouts, scores
-
-
-def direct_loss(model, aggregation: str, amir: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L_GRPO, L_pref) of REFERENCE.md 1-2, each completion scored by its own unpadded pass."""
-    logps = []
-    for row in range(4):
-        prompt = PROMPT_IDS[row // GROUP][PROMPT_MASK[row // GROUP].bool()]
-        completion = COMPLETION_IDS[row][COMPLETION_MASK[row].bool()]
-        ids = torch.cat([prompt, completion])[None]
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-        logps.append(torch.log_softmax(logits, -1).gather(1, completion[:, None]).squeeze(1))
-    # A_i = (r_i - mean_group) / (population std_group + 1e-4)
-    groups = REWARDS.view(-1, GROUP)
-    advantages = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, False, True) + 1e-4)
-    advantages = advantages.flatten()
-    # On-policy: rho = exp(logp - sg(logp)) = 1 with the gradient of logp.
-    per_token = [
-        -adv * torch.exp(lp - lp.detach()) for adv, lp in zip(advantages, logps, strict=True)
-    ]
-    if aggregation == "grpo":
-        grpo = torch.stack([t.mean() for t in per_token]).mean()
-    else:  # dapo
-        grpo = torch.cat(per_token).sum() / sum(len(t) for t in per_token)
-    pref = torch.zeros(())
-    if amir:
-        mean = torch.stack([lp.mean() for lp in logps])  # l(q, o)
-        z = 0.5 * torch.stack([mean[0] - mean[1], mean[3] - mean[2]])  # beta_dpo = 0.5
-        pref = -torch.nn.functional.logsigmoid(z).mean()
-    return grpo, pref
-
-
-CASES = {
-    "grpo_two_micro_batches": ["algorithm.aggregation=grpo", "train.micro_batch_size=2"],
-    "dapo_one_micro_batch": ["algorithm.aggregation=dapo", "train.micro_batch_size=4"],
-    "amir_fixed_lambda": [
-        "algorithm.amir=true",
-        "algorithm.lambda_measure=fixed",
-        "train.micro_batch_size=2",
-    ],
-}
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_trainer_gradient_on_a_fixed_batch_equals_the_direct_formula(
-    tmp_path: Path, case: str
-) -> None:
-    overrides = [
-        "model.name=tiny-random",
-        "model.seed=3",
-        "model.lora_r=4",
-        "model.lora_alpha=8",
-        f"rollout.group_size={GROUP}",
-        "rollout.questions_per_step=2",
-        "optim.max_grad_norm=1e9",  # no clipping: the raw gradient is compared
-        "train.progress=false",
-        f"train.output_dir={tmp_path}",
-        *CASES[case],
-    ]
-    trainer = Trainer(load_config(None, overrides))
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for name, param in trainer.model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
-    recorder = GradientRecorder(trainer.params)
-    trainer.optimizer = recorder
-    metrics, signals = trainer._optimize(*fixed_batch())
-
-    amir = "amir" in case
-    grpo, pref = direct_loss(trainer.model, trainer.config.algorithm.aggregation, amir)
-    trainer.model.zero_grad()
-    (grpo + 0.01 * pref).backward()  # lambda_reg stays at its initial 0.01
-    assert any(g.abs().max() > 1e-4 for g in recorder.grads)
-    for got, p in zip(recorder.grads, trainer.params, strict=True):
-        torch.testing.assert_close(got, p.grad, atol=1e-6, rtol=1e-4)
-    assert math.isclose(metrics["policy_loss"], float(grpo), abs_tol=1e-6)
-    if amir:
-        assert signals.chosen.tolist() == [0, 3] and signals.rejected.tolist() == [1, 2]
-        assert math.isclose(metrics["preference_loss"], float(pref), rel_tol=1e-5)

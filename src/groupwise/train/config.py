@@ -22,51 +22,70 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
+    """The policy: which model, in what precision, trained how (LoRA or full)."""
+
     name: str = "smollm2-135m-instruct"
     """Hub id, local folder, or alias (smollm2-135m-instruct, tiny-random, arith-base)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights dtype. bfloat16 halves memory and is faster on CPUs with avx512_bf16."""
     device: str = "auto"
-    """"auto" = cuda when available, else cpu."""
+    """"auto" = cuda when available, else cpu; or a torch device ("cpu", "cuda", "cuda:1")."""
     lora: bool = True
-    """LoRA adapters (paper: r=16, alpha=16 on all linear layers); false = full fine-tuning."""
+    """LoRA adapters (AMIR-GRPO paper: r 16, alpha 16 on all linear layers); false = full
+    fine-tuning (the LENS paper's setting)."""
     lora_r: int = 16
+    """LoRA rank r (AMIR-GRPO paper: 16)."""
     lora_alpha: int = 16
+    """LoRA alpha; the update is scaled by alpha / r (AMIR-GRPO paper: 16)."""
     lora_dropout: float = 0.0
+    """Dropout on the LoRA input, in [0, 1) (ours: 0, so that log-probs are deterministic)."""
     lora_target_modules: str = "all-linear"
+    """Modules that get adapters: "all-linear" (paper) or comma-separated module names."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, about 30 % more compute."""
     seed: int = 0
     """Initialisation seed for randomly initialised aliases (tiny-random)."""
 
 
 @dataclass
 class DataConfig:
+    """The training problems and how they are shown to the model."""
+
     benchmark: str = "gsm8k"
-    """Registered benchmark name (groupwise.data.benchmark_names())."""
+    """Registered benchmark name (groupwise.data.benchmark_names()); AMIR-GRPO trains on GSM8K
+    train, LENS on MATH train + DAPO-Math-17k."""
     split: str = "train"
+    """Split of `benchmark` to train on."""
     data_dir: str | None = None
     """Folder laid out like ../shared/data; default env GROUPWISE_DATA, else the hub."""
     options: dict[str, Any] = field(default_factory=dict)
     """Extra loader options, e.g. {level: mid, size: 2000} for the synthetic `arith` task."""
     prompt: str = "amir"
-    """Prompt template: amir | boxed | gsm8k | plain."""
+    """Prompt template: amir (AMIR-GRPO's calibrated format) | boxed | gsm8k | plain."""
     limit: int | None = None
-    """Use only the first N problems (after loading, before shuffling)."""
+    """Use only the first N problems (after loading, before shuffling); null = all."""
     shuffle: bool = True
     """Visit problems in a seeded random order, reshuffled every epoch."""
 
 
 @dataclass
 class RolloutConfig:
+    """Sampling the completions of a step."""
+
     group_size: int = 8
     """G: completions sampled per question (AMIR-GRPO paper 8, LENS paper 16)."""
     questions_per_step: int = 1
-    """Questions per training step; the batch holds questions_per_step x group_size completions."""
+    """Questions per rollout batch; the batch holds questions_per_step x group_size
+    completions (official AMIR code: 4; LENS: 128, in 4 mini-batches)."""
     temperature: float = 1.0
+    """Sampling temperature, > 0 (both papers train at 1.0). Log-probs in the loss are taken
+    at the same temperature, as TRL does."""
     top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1] (both papers: 1.0)."""
     max_new_tokens: int = 256
+    """Completion length cap in tokens (AMIR-GRPO code 1024, LENS 4096)."""
     batch_size: int = 64
-    """Completions generated per call of the engine."""
+    """Completions generated per call of the engine (memory, not results)."""
     inference_copy: bool = True
     """Generate from a copy of the policy with the LoRA merged into its weights, in
     rollout.dtype, refreshed after every update: no adapter matmuls per decoded token. Costs one
@@ -78,6 +97,8 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
+    """The reward: a weighted sum of named components (REFERENCE.md 2 and 3)."""
+
     weights: dict[str, float] = field(
         default_factory=lambda: {
             "correctness": 1.0,
@@ -87,87 +108,148 @@ class RewardConfig:
             "calibration": 1.0,
         }
     )
-    """Component name -> weight; the AMIR-GRPO official code sums these five with weight 1."""
+    """Component name -> weight; the AMIR-GRPO official code sums these five with weight 1;
+    LENS uses {binary: 1.0}."""
     plugins: list[str] = field(default_factory=list)
     """Modules to import before the suite is built; they add components with
     groupwise.rewards.register_component (e.g. ["my_project.rewards"])."""
     correctness_component: str = "correctness"
     """The component that LENS calibrates when combined with AMIR-GRPO (REFERENCE.md 3)."""
     workers: int = 2
-    """Processes for answer checking (math-verify under a hard timeout)."""
+    """Processes for answer checking (math-verify under a hard timeout), >= 1."""
     timeout: float = 5.0
-    """Seconds per answer check before it counts as a timeout."""
+    """Seconds per answer check before it counts as a timeout, > 0."""
 
 
 @dataclass
 class AlgorithmConfig:
+    """Advantages, the clipped surrogate, LENS and AMIR-GRPO (REFERENCE.md 1-3)."""
+
     advantage: Literal["grpo", "lens"] = "grpo"
-    """grpo: group-normalised rewards (REFERENCE.md 1); lens: calibrated negatives (3)."""
+    """Advantage estimator, looked up by name in groupwise.algorithms.ADVANTAGE_ESTIMATORS:
+    grpo (group-normalised rewards, REFERENCE.md 1) | lens (calibrated negatives, 3)."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
-    """Std used by GRPO advantages: group (paper), batch, none (Dr.GRPO)."""
+    """Std that divides GRPO advantages: group (papers), batch (TRL's option), none
+    (Dr.GRPO). REFERENCE.md 1."""
+    advantage_std: Literal["unbiased", "population"] = "unbiased"
+    """unbiased (n - 1, as TRL and verl) or population (n) std, for GRPO and LENS's mixed
+    groups. REFERENCE.md 1."""
     advantage_eps: float = 1e-4
+    """Added to the std before dividing (ours, as TRL). REFERENCE.md 1."""
     loss_level: Literal["token", "sequence"] = "token"
-    """token: per-token ratios (GRPO); sequence: one length-normalised ratio (GSPO)."""
+    """Where the importance ratio is taken: token (GRPO) or sequence (GSPO: one
+    length-normalised ratio per completion). REFERENCE.md 1."""
     aggregation: Literal["grpo", "dapo", "dr_grpo"] = "grpo"
+    """How per-token losses become one number: grpo (token mean per completion, then mean
+    over completions: the paper's Eq. 1), dapo (token mean over the batch), dr_grpo (token sum /
+    (completions x max_new_tokens)). REFERENCE.md 1."""
     eps_low: float = 0.2
+    """Clip range below: rho >= 1 - eps_low, in (0, 1) (both papers 0.2; GSPO 3e-4)."""
     eps_high: float = 0.2
+    """Clip range above: rho <= 1 + eps_high, >= 0 (both papers 0.2; GSPO 4e-4)."""
     kl_coef: float = 0.0
-    """gamma, weight of the k3 KL to the reference policy; 0 in both papers' code."""
+    """gamma, weight of the k3 KL to the reference policy, >= 0 (0 in both papers' code)."""
+    minibatches: int = 1
+    """PPO mini-batches M: the rollout batch is split into M parts of whole questions, one
+    optimizer step each, with advantages, pairs and logp_old taken once from the rollout
+    policy (verl's ppo_mini_batch_size; LENS: 4). REFERENCE.md 1."""
     num_iterations: int = 1
-    """Optimizer updates per rollout batch (1 = on-policy, ratio 1)."""
-    # LENS (REFERENCE.md 3)
+    """Epochs over the rollout batch (TRL's mu): each replays every mini-batch once;
+    1 = each row is used once. REFERENCE.md 1."""
     lens_alpha: float = 0.25
+    """LENS: weight alpha of negative-group advantages, >= 0 (paper 0.25). REFERENCE.md 3."""
     lens_mode: Literal["full", "mixed_only", "negative_only"] = "full"
-    # AMIR-GRPO (REFERENCE.md 2)
+    """LENS ablations of paper App. D.2: full | mixed_only (negative groups get 0) |
+    negative_only (mixed groups use plain binary GRPO). REFERENCE.md 3."""
+    lens_difficulty: Literal["pbar", "sequence"] = "pbar"
+    """LENS's D_imp with the length-normalised confidence pbar (ours, the paper's paragraph
+    before Eq. 14) or the raw sequence probability (Eq. 14 as typeset). REFERENCE.md 3."""
     amir: bool = False
-    """Add the implicit-preference term lambda_reg * L_pref."""
+    """AMIR-GRPO: add the implicit-preference term lambda_reg * L_pref. REFERENCE.md 2."""
     beta_dpo: float = 0.5
+    """beta_DPO, temperature of the pair logit z, > 0 (official code's CLI 0.5; its README's
+    Gemma run 0.2). REFERENCE.md 2."""
     margin: float = 2.0
-    """delta_r: a pair (i, j) needs r_i - r_j > margin (strict)."""
+    """delta_r, in reward units: a pair (i, j) needs r_i - r_j > margin, strictly (official
+    code 2.0 with its reward). REFERENCE.md 2."""
     pair_mode: Literal["all", "topk"] = "all"
+    """all: every ordered pair above the margin (official default); topk: only pairs whose
+    preferred side is the group's top completion. REFERENCE.md 2."""
     max_pairs_per_group: int | None = None
+    """Keep at most this many pairs per group, the largest reward gaps first; null = no cap
+    (official code's option). REFERENCE.md 2."""
     ref_free: bool = True
-    """l_ref = 0 (official code's effective default); false = adapter-disabled reference."""
+    """l_ref = 0 (official code's effective default); false = the frozen starting model
+    (LoRA adapter disabled) as reference. REFERENCE.md 2."""
     lambda_init: float = 0.01
+    """Initial lambda_reg (official code 0.01). REFERENCE.md 2."""
     lambda_low: float = 0.30
+    """Below this measured ratio lambda grows (official 0.30). REFERENCE.md 2."""
     lambda_high: float = 0.70
+    """Above this measured ratio lambda shrinks (official 0.70). REFERENCE.md 2."""
     lambda_up: float = 1.25
+    """Growth factor, > 1 (official 1.25). REFERENCE.md 2."""
     lambda_down: float = 0.8
+    """Shrink factor, in (0, 1) (official 0.8). REFERENCE.md 2."""
     lambda_min: float = 0.005
+    """Lower bound of lambda_reg (official 0.005). REFERENCE.md 2."""
     lambda_max: float = 0.05
+    """Upper bound of lambda_reg (official 0.05). REFERENCE.md 2."""
     lambda_measure: Literal["loss", "grad", "fixed"] = "loss"
-    """loss: official rule on loss values; grad: ratio of gradient norms; fixed: no adaptation."""
+    """What the ratio measures: loss (official: lambda L_pref / L_GRPO on each loss
+    computation), grad (ours: ||lambda grad L_pref|| / ||grad L_GRPO||), fixed (no
+    adaptation). REFERENCE.md 2."""
     lambda_every: int = 1
-    """With lambda_measure=grad: measure the gradient-norm ratio every N steps."""
+    """With lambda_measure=grad: measure every N steps (each measure costs one more backward
+    pass of the preference term). Ours."""
 
 
 @dataclass
 class OptimConfig:
+    """AdamW, its schedule and gradient clipping."""
+
     lr: float = 5e-6
+    """Peak learning rate, > 0 (AMIR-GRPO paper 5e-6; LENS 1e-6)."""
     weight_decay: float = 0.1
+    """AdamW decoupled weight decay (official AMIR code 0.1; verl's default 0.01)."""
     beta1: float = 0.9
+    """AdamW beta1 (official AMIR code 0.9)."""
     beta2: float = 0.99
+    """AdamW beta2 (official AMIR code 0.99; verl's default 0.999)."""
     max_grad_norm: float = 0.1
+    """Clip the global gradient norm to this, > 0 (official AMIR code 0.1; verl 1.0)."""
     warmup_ratio: float = 0.1
+    """Fraction of the optimizer updates with a linear warmup, in [0, 1) (official AMIR 10 %)."""
     schedule: Literal["cosine", "constant", "linear"] = "cosine"
+    """Learning-rate decay after warmup (official AMIR code: cosine; verl: constant)."""
 
 
 @dataclass
 class TrainConfig:
+    """The run: length, micro-batching, seeds, the run folder and what it keeps."""
+
     max_steps: int = 1000
+    """Rollout batches to train on (official AMIR code 1000; LENS 1,600). Each takes
+    minibatches x num_iterations optimizer updates."""
     micro_batch_size: int = 8
-    """Completions per forward/backward; rounded to whole groups (at least one group)."""
+    """Completions per forward/backward; rounded to whole groups (at least one group).
+    Memory only: the update is the same for any value."""
     seed: int = 0
+    """Seed of the question order, the sampling streams and the global RNGs."""
     output_dir: str = "runs/default"
+    """The run folder (config, metrics, rollouts, checkpoints, final weights)."""
     save_every: int = 100
     """Checkpoint every N steps (and always at the end)."""
     keep_checkpoints: int = 2
+    """Newest checkpoints kept in RUN/checkpoints (older ones are deleted)."""
     tensorboard: bool = False
+    """Mirror metrics.jsonl to TensorBoard under RUN/tensorboard."""
     log_rollouts: bool = True
     """Write RUN/rollouts.jsonl: each step's prompts, completions, rewards, advantages, pairs."""
     export_merged: bool = False
     """Also write RUN/final/merged, a full model folder loadable by plain transformers."""
     progress: bool = True
+    """Show a progress bar with the live numbers."""
 
 
 @dataclass
@@ -191,6 +273,7 @@ class Config:
             "train.micro_batch_size": self.train.micro_batch_size,
             "train.save_every": self.train.save_every,
             "algorithm.num_iterations": self.algorithm.num_iterations,
+            "algorithm.minibatches": self.algorithm.minibatches,
             "algorithm.lambda_every": self.algorithm.lambda_every,
         }
         for key, value in positive.items():
@@ -198,6 +281,12 @@ class Config:
                 raise ConfigError(f"{key} must be >= 1, got {value}")
         if self.rollout.group_size < 2:
             raise ConfigError("rollout.group_size must be >= 2: a group of one has no baseline")
+        if self.rollout.questions_per_step % self.algorithm.minibatches:
+            raise ConfigError(
+                f"rollout.questions_per_step={self.rollout.questions_per_step} must be a multiple "
+                f"of algorithm.minibatches={self.algorithm.minibatches}: each mini-batch holds "
+                "whole questions"
+            )
         if not 0.0 < self.rollout.top_p <= 1.0:
             raise ConfigError(f"rollout.top_p must be in (0, 1], got {self.rollout.top_p}")
         if self.rollout.dtype != "auto" and not self.rollout.inference_copy:

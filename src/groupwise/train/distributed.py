@@ -70,12 +70,23 @@ class Distributed:
             return f"cuda:{self.local_rank}"
         return requested
 
-    def shard(self, items: Sequence[Any]) -> slice:
-        """This process's contiguous part of a global list whose length the world size divides."""
-        if len(items) % self.world_size:
-            raise ValueError(f"{len(items)} items do not split over {self.world_size} processes")
-        size = len(items) // self.world_size
-        return slice(self.rank * size, (self.rank + 1) * size)
+    def question_shard(self, questions: int, minibatches: int = 1) -> list[int]:
+        """This process's questions of a step: its contiguous share of each of the
+        `minibatches` consecutive parts, mini-batch-major. With one mini-batch (and in one
+        process) that is a contiguous slice; the process count x minibatches must divide
+        `questions`."""
+        parts = self.world_size * minibatches
+        if questions % parts:
+            raise ValueError(
+                f"{questions} questions do not split into {minibatches} mini-batches over "
+                f"{self.world_size} processes"
+            )
+        per_minibatch, per_process = questions // minibatches, questions // parts
+        return [
+            m * per_minibatch + self.rank * per_process + i
+            for m in range(minibatches)
+            for i in range(per_process)
+        ]
 
     def sum(self, values: Sequence[float]) -> list[float]:
         """Element-wise sum over processes of a list of numbers (float64)."""

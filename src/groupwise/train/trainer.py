@@ -2,42 +2,45 @@
 
 One step, top to bottom (`Trainer.train_step`):
 
-    questions -> rollouts -> reward columns -> advantages (+ AMIR pairs)
-              -> micro-batched loss  policy + gamma * KL + lambda * preference
-              -> AdamW step (cosine schedule with warmup, grad-norm clipping)
+    questions -> rollout -> score (reward columns) -> advantages + AMIR pairs (whole batch)
+              -> for each epoch, for each mini-batch: one update (`Trainer._update`):
+                 micro-batches of  share * (policy + gamma * KL) + lambda * preference
+                 -> backward -> all-reduce -> clip -> AdamW step
 
-Forward passes (no wasted ones): the policy pass of each micro-batch gives the token log-probs
-of the clipped surrogate, the length-normalised l(q, o) of the AMIR preference term (REFERENCE.md
-2) and, detached, the LENS confidences pbar (REFERENCE.md 3). With num_iterations > 1 the log-probs
-of the first iteration (no update has happened yet inside it) are kept as logp_old for the later
-ones, so logp_old never costs a pass of its own. A reference pass (adapter disabled) runs only
-when the KL term or AMIR with a reference needs it.
+Every algorithm decision is a call into groupwise.algorithms (DESIGN.md): the advantage
+estimator looked up by name, AMIR's pairs and per-completion coefficients, the loss terms of a
+micro-batch and the adaptive lambda. This file is plumbing around them.
 
-Micro-batches hold whole groups: advantages, LENS difficulty and AMIR pairs are all computed
-within a group, so a micro-batch can compute them itself from its own forward pass, and the
-pooled means of the full batch are recovered by weighting each micro-batch's loss by its share.
-Each group's prompt runs through the model once, its key/value cache shared by the group's
-completions (groupwise.scoring); generation runs on a merged (optionally bfloat16) inference
-copy of the policy (groupwise.rollout), so the decode loop pays no adapter matmuls.
+Rollout-policy log-probs (logp_old; LENS's confidences and AMIR's l_old are their means): a row's
+are taken from its first forward pass under the rollout policy. While no optimizer step has
+been taken in this step, that is the training forward pass itself (no extra pass: the first
+update is exactly on-policy, ratio 1). Rows whose values are needed before that, or after the
+policy has moved, get them from one no-grad pass right after the rollout: every row when the
+estimator needs them (LENS: its advantages are computed over the whole batch), the rows of
+mini-batches 2..M otherwise (REFERENCE.md 1, PPO mini-batches).
 
-Several processes (torchrun / accelerate launch; groupwise.train.distributed): each takes its
-own questions of the step, so groups never straddle processes; every share above is taken of
-the GLOBAL batch (completions, tokens, pairs), so summing the processes' gradients (one
-all-reduce before clipping) gives the gradient of the whole batch, and the k-th micro-batches
-of all processes feed AdaptiveLambda together, so lambda is the same everywhere. Rank 0 writes
-the logs, checkpoints and the final model.
+Micro-batches hold whole groups and every share is taken of the update's GLOBAL batch
+(completions, tokens, pairs), so summing micro-batches and processes (one all-reduce before
+clipping) gives the gradient of the whole update. Each group's prompt runs through the model
+once, its key/value cache shared by the group's completions (groupwise.scoring); generation runs
+on a merged (optionally bfloat16) inference copy of the policy (groupwise.rollout).
+
+Several processes (torchrun / accelerate launch; groupwise.train.distributed): each takes its own
+whole questions of every mini-batch; rewards, advantages and pairs are computed over the
+gathered batch in question order, the k-th micro-batches of all processes feed AdaptiveLambda
+together, so lambda is the same everywhere. Rank 0 writes the logs, checkpoints and final model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +49,16 @@ from tqdm.auto import tqdm
 
 from groupwise.algorithms import (
     AdaptiveLambda,
-    aggregate_token_losses,
-    group_advantages,
+    AdvantageSettings,
+    GroupRewards,
+    LossSettings,
+    PreferenceTerms,
+    get_advantage_estimator,
     group_types,
-    kl_k3,
-    lens_advantages_from_rewards,
-    lens_rewards,
+    loss_terms,
+    micro_batch_share,
     mine_pairs,
-    policy_loss,
-    preference_loss,
+    preference_coefficients,
     sequence_mean_logp,
 )
 from groupwise.data import load_benchmark, render_prompt
@@ -77,37 +81,71 @@ from groupwise.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from groupwise.train.config import Config, save_config
+from groupwise.train.config import AlgorithmConfig, Config, save_config
 from groupwise.train.distributed import Distributed
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
 from groupwise.train.sampler import ProblemSampler
 
-# Loss metrics summed over micro-batches (and processes); each is a share of a global count.
-_SUMMED = (
-    "policy_loss",
-    "kl",
-    "preference_loss_sum",
-    "pairs",
-    "pair_logp_margin_sum",
-    "clip_fraction_low",
-    "clip_fraction_high",
-    "clip_fraction",
-    "ratio_mean",
-)
-
 
 @dataclass
-class GroupSignals:
-    """What the loss needs from the rewards of some whole groups (rows local to the slice).
+class StepBatch:
+    """One step's rollouts with what is computed from them before the updates.
 
-    advantages: [b] one per completion. rewards: [b] the totals the advantages and pairs were
-    computed from (LENS-calibrated when LENS is on). chosen, rejected: [P] AMIR pair rows.
+    rollouts: this process's b completions. rows: [b] their rows in the whole batch, which holds
+    every process's B completions in question order. scores: the whole batch's rewards.
+    advantages: [B]. rewards: [B] the totals advantages and pairs were computed from
+    (LENS-calibrated under LENS). chosen, rejected: [P] AMIR pairs (rows of the whole batch).
     """
 
-    advantages: torch.Tensor
-    rewards: torch.Tensor
-    chosen: torch.Tensor
-    rejected: torch.Tensor
+    rollouts: Rollouts
+    rows: torch.Tensor
+    scores: Scores
+    texts: list[str]
+    truncated: torch.Tensor
+    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    rewards: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    chosen: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    rejected: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+
+
+class RolloutLogprobs:
+    """Per-token log-probs of this process's rows under the rollout policy, [b, T] (detached).
+
+    A row's values are recorded once, by the no-grad pass after the rollout or by the first
+    training forward pass that sees it while the policy is still the rollout policy.
+    """
+
+    def __init__(self, rows: int, length: int) -> None:
+        self.values = torch.zeros(rows, length)
+        self.recorded = torch.zeros(rows, dtype=torch.bool)
+
+    def record(self, rows: slice, logp: torch.Tensor) -> None:
+        """Keep logp [rows, T] for the rows not recorded yet."""
+        new = ~self.recorded[rows]
+        self.values[rows][new] = logp.detach().to(self.values)[new.to(logp.device)].cpu()
+        self.recorded[rows] = True
+
+    def of(self, rows: slice) -> torch.Tensor:
+        """[rows, T]; every row must have been recorded."""
+        if not bool(self.recorded[rows].all()):
+            raise RuntimeError("rollout-policy log-probs of these rows were never recorded")
+        return self.values[rows]
+
+
+class MetricSums:
+    """Sums of per-micro-batch numbers, each already a share of a global count."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+
+    def add(self, **values: float) -> None:
+        for key, value in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + float(value)
+
+    def total(self, dist: Distributed) -> dict[str, float]:
+        """The sums over every process (the same keys in the same order everywhere)."""
+        keys = sorted(self.sums)
+        return dict(zip(keys, dist.sum([self.sums[k] for k in keys]), strict=True))
 
 
 class Trainer:
@@ -117,11 +155,13 @@ class Trainer:
         self.config = config
         cfg = config
         self.dist = Distributed()
-        if cfg.rollout.questions_per_step % self.dist.world_size:
+        parts = self.dist.world_size * cfg.algorithm.minibatches
+        if cfg.rollout.questions_per_step % parts:
             raise ValueError(
                 f"rollout.questions_per_step={cfg.rollout.questions_per_step} must be divisible "
-                f"by the number of processes ({self.dist.world_size}): each process takes whole "
-                "groups"
+                f"by the number of processes ({self.dist.world_size}) x algorithm.minibatches "
+                f"({cfg.algorithm.minibatches}): each process takes whole questions of each "
+                "mini-batch"
             )
         self.run_dir = Path(cfg.train.output_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -185,21 +225,12 @@ class Trainer:
             betas=(cfg.optim.beta1, cfg.optim.beta2),
             weight_decay=cfg.optim.weight_decay,
         )
-        updates = cfg.train.max_steps * cfg.algorithm.num_iterations
+        algo = cfg.algorithm
+        updates = cfg.train.max_steps * algo.minibatches * algo.num_iterations
         self.scheduler = _schedule(
             self.optimizer, cfg.optim.schedule, cfg.optim.warmup_ratio, updates
         )
-        algo = cfg.algorithm
-        self.lambda_reg = AdaptiveLambda(
-            init=algo.lambda_init,
-            low=algo.lambda_low,
-            high=algo.lambda_high,
-            up=algo.lambda_up,
-            down=algo.lambda_down,
-            min_value=algo.lambda_min,
-            max_value=algo.lambda_max,
-        )
-        self.needs_reference = algo.kl_coef > 0 or (algo.amir and not algo.ref_free)
+        self.use_algorithm(algo)
         self.step = 0
         resumed = self._resume() if resume else False
         resume_step = self.step if resumed else None
@@ -216,6 +247,46 @@ class Trainer:
         if main:
             save_config(cfg, self.run_dir / "config.yaml")
         self._stop_requested = False
+        self.stop_signal: int | None = None
+
+    def use_algorithm(self, algo: AlgorithmConfig) -> None:
+        """Set the algorithm options (the config's algorithm section) and what derives from
+        them: the advantage estimator, the loss settings and AdaptiveLambda (AMIR only; a new
+        one starts at lambda_init)."""
+        self.config = dataclasses.replace(self.config, algorithm=algo)
+        self.estimator = get_advantage_estimator(algo.advantage)
+        self.advantage_settings = AdvantageSettings(
+            scale=algo.scale_rewards,
+            std=algo.advantage_std,
+            eps=algo.advantage_eps,
+            lens_alpha=algo.lens_alpha,
+            lens_mode=algo.lens_mode,
+            lens_difficulty=algo.lens_difficulty,
+        )
+        self.loss_settings = LossSettings(
+            eps_low=algo.eps_low,
+            eps_high=algo.eps_high,
+            ratio_level=algo.loss_level,
+            aggregation=algo.aggregation,
+            max_completion_length=self.config.rollout.max_new_tokens,
+            kl_coef=algo.kl_coef,
+        )
+        self.lambda_reg = (
+            AdaptiveLambda(
+                init=algo.lambda_init,
+                low=algo.lambda_low,
+                high=algo.lambda_high,
+                up=algo.lambda_up,
+                down=algo.lambda_down,
+                min_value=algo.lambda_min,
+                max_value=algo.lambda_max,
+                measure=algo.lambda_measure,
+                every=algo.lambda_every,
+            )
+            if algo.amir
+            else None
+        )
+        self.needs_reference = algo.kl_coef > 0 or (algo.amir and not algo.ref_free)
 
     # -----------------------------------------------------------------------------------------
     # The loop
@@ -248,7 +319,7 @@ class Trainer:
                 bar.set_postfix(
                     reward=f"{record['reward_mean']:.3f}",
                     acc=f"{record['accuracy']:.2f}",
-                    lam=f"{record['lambda']:.4f}",
+                    **({"lam": f"{record['lambda']:.4f}"} if "lambda" in record else {}),
                     tok_s=f"{record['tokens_per_second']:.0f}",
                 )
                 if self.step % cfg.train.save_every == 0 or self.step == cfg.train.max_steps:
@@ -265,17 +336,44 @@ class Trainer:
         return final
 
     def train_step(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """One step: rollout -> score -> advantages -> loss -> update.
+        """One step: rollout -> score -> advantages -> updates (mini-batches x epochs).
 
         Returns (metrics, samples): the step's metrics.jsonl line and its rollouts.jsonl line.
         """
-        cfg = self.config
+        algo = self.config.algorithm
         t_start = time.perf_counter()
-
-        group_size = cfg.rollout.group_size
         problems = self.sampler.batch(self.step)
-        mine = self.dist.shard(problems)  # this process's questions (all of them in one)
-        prompts = [render_prompt(p, cfg.data.prompt, self.tokenizer) for p in problems[mine]]
+        questions = self.dist.question_shard(len(problems), algo.minibatches)
+        rollouts = self._rollout(problems, questions)
+        t_generated = time.perf_counter()
+        batch = self._score(problems, questions, rollouts)
+        t_scored = time.perf_counter()
+        updates = self.learn(batch)
+        t_trained = time.perf_counter()
+        times = (t_start, t_generated, t_scored, t_trained)
+        return self._step_record(problems, batch, updates, times)
+
+    def learn(self, batch: StepBatch) -> list[dict[str, float]]:
+        """Advantages and pairs of a scored rollout batch, then its updates: for each epoch,
+        one optimizer step per mini-batch. Fills batch.advantages/rewards/chosen/rejected;
+        returns each update's metrics."""
+        algo = self.config.algorithm
+        old = self._rollout_logprobs(batch.rollouts)
+        self._advantages(batch, old)
+        minibatches = self._minibatches(len(batch.rollouts))
+        return [
+            self._update(batch, old, rows, on_policy=epoch == m == 0, first_use=epoch == 0)
+            for epoch in range(algo.num_iterations)
+            for m, rows in enumerate(minibatches)
+        ]
+
+    # -----------------------------------------------------------------------------------------
+    # Rollout, score, advantages
+
+    def _rollout(self, problems: list[Any], questions: list[int]) -> Rollouts:
+        """This process's completions: group_size of each of its questions, in that order."""
+        cfg = self.config
+        prompts = [render_prompt(problems[q], cfg.data.prompt, self.tokenizer) for q in questions]
         sampling = SamplingParams(
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p,
@@ -283,43 +381,233 @@ class Trainer:
         )
         # One random stream per question, keyed by its data position: the same samples
         # whichever process draws them.
-        position = self.step * cfg.rollout.questions_per_step + mine.start
-        seeds = [cfg.train.seed * 1_000_003 + position + i for i in range(len(prompts))]
-        rollouts = self.generator.generate(prompts, group_size, sampling, prompt_seeds=seeds)
-        t_generated = time.perf_counter()
+        first = self.step * cfg.rollout.questions_per_step
+        seeds = [cfg.train.seed * 1_000_003 + first + q for q in questions]
+        return self.generator.generate(
+            prompts, cfg.rollout.group_size, sampling, prompt_seeds=seeds
+        )
 
-        local_golds = [p.answer for p in problems[mine] for _ in range(group_size)]
-        local_scores = self.rewards.score(rollouts.texts, local_golds)
-        # Advantages, pairs and metrics are taken over the whole batch of every process.
-        gathered = self.dist.gather((local_scores, rollouts.texts, rollouts.truncated))
-        scores = _concat_scores([g[0] for g in gathered])
-        texts = [text for g in gathered for text in g[1]]
-        truncated = torch.cat([g[2] for g in gathered])
-        t_scored = time.perf_counter()
+    def _score(self, problems: list[Any], questions: list[int], rollouts: Rollouts) -> StepBatch:
+        """Rewards of this process's completions, then the whole batch's, in question order."""
+        group_size = self.config.rollout.group_size
+        golds = [problems[q].answer for q in questions for _ in range(group_size)]
+        scores = self.rewards.score(rollouts.texts, golds)
+        offsets = torch.arange(group_size)
+        rows = (torch.tensor(questions).unsqueeze(1) * group_size + offsets).reshape(-1)
+        parts = self.dist.gather((rows, scores, rollouts.texts, rollouts.truncated))
+        order = torch.argsort(torch.cat([part[0] for part in parts]))
+        texts = [text for part in parts for text in part[2]]
+        return StepBatch(
+            rollouts=rollouts,
+            rows=rows,
+            scores=_take_scores(_concat_scores([part[1] for part in parts]), order),
+            texts=[texts[i] for i in order.tolist()],
+            truncated=torch.cat([part[3] for part in parts])[order],
+        )
 
-        update, signals = self._optimize(rollouts, scores)
-        t_trained = time.perf_counter()
+    def _rollout_logprobs(self, rollouts: Rollouts) -> RolloutLogprobs:
+        """logp_old of every row the updates will need before their first training forward
+        under the rollout policy (module docstring), from one no-grad pass."""
+        old = RolloutLogprobs(len(rollouts), rollouts.completion_ids.shape[1])
+        minibatches = self._minibatches(len(rollouts))
+        upfront = minibatches if self.estimator.needs_rollout_logp else minibatches[1:]
+        with torch.no_grad():
+            for minibatch in upfront:
+                for rows in self._micro_batches(minibatch):
+                    old.record(rows, self._logprobs(self.model, rollouts, rows))
+        return old
 
-        tokens = int(self.dist.sum([int(rollouts.completion_mask.sum())])[0])
-        golds = [p.answer for p in problems for _ in range(group_size)]
-        samples = {
-            "step": self.step + 1,
-            "problem_ids": [p.id for p in problems],
-            "completions": texts,
-            "golds": golds,
-            "correct": scores.correct.tolist(),
-            "reward_columns": {k: v.tolist() for k, v in scores.columns.items()},
-            "rewards": signals.rewards.tolist(),
-            "advantages": signals.advantages.tolist(),
-            "pairs": [signals.chosen.tolist(), signals.rejected.tolist()],
-        }
+    def _advantages(self, batch: StepBatch, old: RolloutLogprobs) -> None:
+        """The estimator's advantages and AMIR's pairs over the whole batch (REFERENCE.md 1-3)."""
+        cfg = self.config
+        scores = batch.scores
+        component = cfg.reward.correctness_component
+        weight = self.rewards.weights.get(component, 0.0)
+        column = scores.columns.get(component, torch.zeros_like(scores.total))
+        mean_logp_old = lengths = None
+        if self.estimator.needs_rollout_logp:
+            mask = batch.rollouts.completion_mask.bool()
+            local = sequence_mean_logp(old.of(slice(None)), mask)
+            mean_logp_old = self._to_batch(batch.rows, local)
+            lengths = self._to_batch(batch.rows, mask.sum(dim=1).float())
+        result = self.estimator.fn(
+            GroupRewards(
+                rewards=scores.total.float(),
+                correct=scores.correct,
+                group_size=cfg.rollout.group_size,
+                correctness=weight * column.float(),
+                correct_reward=weight * correct_value(component) if weight else 1.0,
+                mean_logp_old=mean_logp_old,
+                lengths=lengths,
+            ),
+            self.advantage_settings,
+        )
+        chosen = rejected = torch.zeros(0, dtype=torch.long)
+        if cfg.algorithm.amir:
+            chosen, rejected = mine_pairs(
+                result.rewards,
+                cfg.rollout.group_size,
+                cfg.algorithm.margin,
+                mode=cfg.algorithm.pair_mode,
+                max_pairs_per_group=cfg.algorithm.max_pairs_per_group,
+            )
+        batch.advantages, batch.rewards = result.advantages, result.rewards
+        batch.chosen, batch.rejected = chosen, rejected
+
+    # -----------------------------------------------------------------------------------------
+    # One update
+
+    def _update(
+        self, batch: StepBatch, old: RolloutLogprobs, rows: slice, on_policy: bool, first_use: bool
+    ) -> dict[str, float]:
+        """One optimizer step on this process's `rows` (whole groups of one mini-batch) and the
+        other processes' rows of the same mini-batch.
+
+        on_policy: no step has been taken since the rollout (ratio exactly 1). first_use: the
+        rows' first epoch, when AdaptiveLambda observes the losses (REFERENCE.md 2).
+        """
+        algo = self.config.algorithm
+        mask = batch.rollouts.completion_mask.bool()
+        pairs = self._local_pairs(batch, rows)
+        totals = self.dist.sum([rows.stop - rows.start, int(mask[rows].sum()), pairs[0].numel()])
+        batch_rows, batch_tokens, batch_pairs = (int(t) for t in totals)
+        measure_grad = self.lambda_reg is not None and self.lambda_reg.measures_gradient(self.step)
+        pref_grads = [torch.zeros_like(p) for p in self.params] if measure_grad else []
+        sums = MetricSums()
+        for micro in self._micro_batches(rows):
+            micro_mask = mask[micro].to(self.device)
+            ref_logp = self._reference_logprobs(batch.rollouts, micro)
+            logp = self._logprobs(self.model, batch.rollouts, micro)
+            if on_policy:
+                old.record(micro, logp)
+            pref = self._preference(old, micro, micro_mask, ref_logp, pairs, batch_pairs)
+            terms = loss_terms(
+                logp,
+                micro_mask,
+                batch.advantages[batch.rows[micro]].to(logp.device),
+                self.loss_settings,
+                old_logp=None if on_policy else old.of(micro).to(logp.device),
+                ref_logp=ref_logp,
+                coefficients=None if pref is None else pref.coefficients.to(logp.device),
+            )
+            tokens = int(micro_mask.sum())
+            share = micro_batch_share(
+                algo.aggregation, micro.stop - micro.start, tokens, batch_rows, batch_tokens
+            )
+            policy_and_kl = terms.grpo(algo.kl_coef)
+            if self.lambda_reg is not None and first_use:
+                self._observe_losses(float(policy_and_kl.detach()) * share, share, pref)
+            loss = share * policy_and_kl
+            if terms.preference is not None and measure_grad:
+                grads = torch.autograd.grad(
+                    terms.preference, self.params, retain_graph=True, allow_unused=True
+                )
+                for buffer, grad in zip(pref_grads, grads, strict=True):
+                    if grad is not None:
+                        buffer.add_(grad)
+            elif terms.preference is not None:
+                loss = loss + self.lambda_reg.value * terms.preference
+            loss.backward()
+            sums.add(
+                policy_loss=share * float(terms.policy.detach()),
+                kl=share * float(terms.kl.detach()) if terms.kl is not None else 0.0,
+                **{k: float(v) * tokens / batch_tokens for k, v in terms.clip.items()},
+                preference_loss_sum=float(pref.pair_losses.sum()) if pref is not None else 0.0,
+                pair_logp_margin_sum=float(pref.logp_margins.sum()) if pref is not None else 0.0,
+            )
+        self.dist.sum_gradients(self.params, pref_grads)
+        if measure_grad:
+            self._combine_measured_preference(pref_grads)
+        max_norm = self.config.optim.max_grad_norm
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        learning_rate = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {**sums.total(self.dist), "pairs": batch_pairs, "grad_norm": grad_norm,
+                "learning_rate": learning_rate}
+
+    def _preference(
+        self,
+        old: RolloutLogprobs,
+        micro: slice,
+        mask: torch.Tensor,
+        ref_logp: torch.Tensor | None,
+        pairs: tuple[torch.Tensor, torch.Tensor],
+        batch_pairs: int,
+    ) -> PreferenceTerms | None:
+        """AMIR's coefficients of the micro-batch's rows from their l_old (None without AMIR).
+
+        Micro-batches hold whole groups, so every pair of these rows lies inside them; the
+        normaliser is the update's pair count over every process (REFERENCE.md 2)."""
+        algo = self.config.algorithm
+        if not algo.amir:
+            return None
+        chosen, rejected = pairs
+        inside = (chosen >= micro.start) & (chosen < micro.stop)
+        mask = mask.cpu()
+        ref_mean = None if algo.ref_free else sequence_mean_logp(ref_logp.cpu(), mask)
+        return preference_coefficients(
+            sequence_mean_logp(old.of(micro), mask),
+            ref_mean,
+            chosen[inside] - micro.start,
+            rejected[inside] - micro.start,
+            algo.beta_dpo,
+            num_pairs=batch_pairs,
+        )
+
+    def _observe_losses(self, weighted_pg: float, share: float, pref: PreferenceTerms) -> None:
+        """One loss computation for AdaptiveLambda: the k-th micro-batches of every process,
+        L_GRPO pooled by their shares and L_pref by their pairs, so that every process applies
+        the same update (none where no process has a pair)."""
+        pg_sum, share_sum, pref_sum, pairs = self.dist.sum(
+            [weighted_pg, share, float(pref.pair_losses.sum()), pref.pair_losses.numel()]
+        )
+        if pairs > 0:
+            self.lambda_reg.observe_losses(pg_sum / share_sum, pref_sum / pairs)
+
+    def _combine_measured_preference(self, pref_grads: list[torch.Tensor]) -> None:
+        """lambda_measure=grad: the GRPO gradient is what .grad accumulated, the preference
+        gradient was kept apart; measure their norms, update lambda, then add lambda times it."""
+        pg_norm = torch.sqrt(
+            sum((p.grad.float() ** 2).sum() for p in self.params if p.grad is not None)
+        )
+        pref_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in pref_grads))
+        self.lambda_reg.observe_gradient_norms(float(pg_norm), float(pref_norm))
+        for p, g in zip(self.params, pref_grads, strict=True):
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            p.grad.add_(g, alpha=self.lambda_reg.value)
+
+    def _step_record(
+        self,
+        problems: list[Any],
+        batch: StepBatch,
+        updates: list[dict[str, float]],
+        times: tuple[float, float, float, float],
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The step's metrics.jsonl and rollouts.jsonl lines."""
+        cfg = self.config
+        group_size = cfg.rollout.group_size
+        t_start, t_generated, t_scored, t_trained = times
+        tokens = int(self.dist.sum([int(batch.rollouts.completion_mask.sum())])[0])
+        pairs = sum(u["pairs"] for u in updates)
         metrics = {
             "step": self.step + 1,
             "epoch": self.sampler.epoch(self.step + 1),
-            **_reward_metrics(scores, group_size),
-            **update,
-            "completion_length_mean": tokens / len(texts),
-            "truncated_fraction": float(truncated.float().mean()),
+            **_reward_metrics(batch.scores, group_size),
+            **{key: _mean(updates, key) for key in _PER_UPDATE},
+            "updates": len(updates),
+            "preference_loss": _total(updates, "preference_loss_sum") / pairs if pairs else 0.0,
+            "pair_logp_margin": _total(updates, "pair_logp_margin_sum") / pairs if pairs else 0.0,
+            "pairs": int(batch.chosen.numel()),
+            "pairs_per_group": batch.chosen.numel() / len(problems),
+            **({"lambda": self.lambda_reg.value} if self.lambda_reg is not None else {}),
+            "advantage_abs_mean": float(batch.advantages.abs().mean()),
+            "reward_used_mean": float(batch.rewards.mean()),
+            "learning_rate": updates[-1]["learning_rate"],
+            "completion_length_mean": tokens / len(batch.texts),
+            "truncated_fraction": float(batch.truncated.float().mean()),
             "completion_tokens": tokens,
             "seconds_generation": t_generated - t_start,
             "seconds_scoring": t_scored - t_generated,
@@ -327,280 +615,71 @@ class Trainer:
             "seconds_step": t_trained - t_start,
             "tokens_per_second": tokens / max(t_trained - t_start, 1e-9),
         }
+        samples = {
+            "step": self.step + 1,
+            "problem_ids": [p.id for p in problems],
+            "completions": batch.texts,
+            "golds": [p.answer for p in problems for _ in range(group_size)],
+            "correct": batch.scores.correct.tolist(),
+            "reward_columns": {k: v.tolist() for k, v in batch.scores.columns.items()},
+            "rewards": batch.rewards.tolist(),
+            "advantages": batch.advantages.tolist(),
+            "pairs": [batch.chosen.tolist(), batch.rejected.tolist()],
+        }
         return metrics, samples
 
     # -----------------------------------------------------------------------------------------
-    # Advantages and pairs
+    # Rows, passes and gathering
 
-    def group_signals(
-        self, scores: Scores, rows: slice, mean_logp_old: torch.Tensor | None
-    ) -> GroupSignals:
-        """Advantages and AMIR pairs for the whole groups in `rows` (REFERENCE.md 1-3).
+    def _minibatches(self, rows: int) -> list[slice]:
+        """This process's rows of each mini-batch: its questions are mini-batch-major."""
+        per = rows // self.config.algorithm.minibatches
+        return [slice(start, start + per) for start in range(0, rows, per)]
 
-        mean_logp_old: [b] length-normalised log-probs under the rollout policy, needed by LENS
-        (pbar = exp of it); ignored otherwise.
-        """
-        algo = self.config.algorithm
-        group_size = self.config.rollout.group_size
-        total = scores.total[rows].float()
-        correct = scores.correct[rows]
-        if algo.advantage == "lens":
-            rt = lens_rewards(correct, mean_logp_old, group_size)
-            component = self.config.reward.correctness_component
-            weight = self.rewards.weights[component]
-            column = scores.columns[component][rows].float()
-            # The calibrated correctness replaces the correctness component inside the weighted
-            # sum (REFERENCE.md "AMIR-GRPO + LENS together"); with the binary reward alone this
-            # is exactly rt. Correct completions keep their reward: rt = 1 there.
-            calibrated = total + weight * (correct_value(component) * rt - column)
-            calibrated = torch.where(correct, total, calibrated)
-            advantages = lens_advantages_from_rewards(
-                calibrated,
-                total,
-                correct,
-                group_size,
-                alpha=algo.lens_alpha,
-                mode=algo.lens_mode,
-                eps=algo.advantage_eps,
-            )
-            total = calibrated
-        else:
-            advantages = group_advantages(
-                total, group_size, scale=algo.scale_rewards, eps=algo.advantage_eps
-            )
-        if algo.amir:
-            chosen, rejected = mine_pairs(
-                total,
-                group_size,
-                algo.margin,
-                mode=algo.pair_mode,
-                max_pairs_per_group=algo.max_pairs_per_group,
-            )
-        else:
-            chosen = rejected = torch.zeros(0, dtype=torch.long)
-        return GroupSignals(advantages, total, chosen, rejected)
-
-    # -----------------------------------------------------------------------------------------
-    # Loss and update
-
-    def _micro_batches(self, batch_size: int) -> list[slice]:
+    def _micro_batches(self, rows: slice) -> list[slice]:
+        """`rows` in micro-batches of whole groups (at least one group each)."""
         group_size = self.config.rollout.group_size
         per = max(group_size, self.config.train.micro_batch_size // group_size * group_size)
-        return [slice(s, min(s + per, batch_size)) for s in range(0, batch_size, per)]
+        return [slice(s, min(s + per, rows.stop)) for s in range(rows.start, rows.stop, per)]
 
-    def _optimize(self, rollouts: Rollouts, scores: Scores) -> tuple[dict[str, Any], GroupSignals]:
-        """num_iterations optimizer updates on one rollout batch.
-
-        rollouts: this process's completions; scores: those of the whole batch (every
-        process's, in rank order). Returns the loss metrics and the whole batch's signals
-        (advantages, rewards used, pairs).
-        """
-        cfg = self.config
-        algo = cfg.algorithm
-        group_size = cfg.rollout.group_size
-        local_size = len(rollouts.texts)
-        batch_size = local_size * self.dist.world_size
-        offset = self.dist.rank * local_size  # row of this process's first completion
-        micro = self._micro_batches(local_size)
-        mask_all = rollouts.completion_mask.bool()
-        tokens_total = self.dist.sum([int(mask_all.sum())])[0]
-        max_len = cfg.rollout.max_new_tokens
-
-        # Signals that need no log-probs are computed once for the whole batch; LENS needs the
-        # rollout policy's confidences, which the first forward pass of each micro-batch gives.
-        upfront = (
-            None if algo.advantage == "lens" else self.group_signals(scores, slice(None), None)
+    def _logprobs(self, model: torch.nn.Module, rollouts: Rollouts, rows: slice) -> torch.Tensor:
+        """Token log-probs [rows, T] of whole groups of completions under `model` (at the
+        sampling temperature, REFERENCE.md 1); each group's prompt runs once."""
+        group_size = self.config.rollout.group_size
+        prompts = slice(rows.start // group_size, rows.stop // group_size)
+        return completion_logprobs(
+            model,
+            rollouts.prompt_ids[prompts].to(self.device),
+            rollouts.prompt_mask[prompts].to(self.device),
+            rollouts.completion_ids[rows].to(self.device),
+            rollouts.completion_mask[rows].to(self.device),
+            temperature=self.config.rollout.temperature,
+            group_size=group_size,
         )
-        pairs_total = int(upfront.chosen.numel()) if upfront is not None else None
-        mine = (
-            _slice_signals(upfront, slice(offset, offset + local_size), batch_size)
-            if upfront is not None
-            else None
-        )
-        signals: list[GroupSignals | None] = [None] * len(micro)
-        old_logps: list[torch.Tensor | None] = [None] * len(micro)
-        sums: dict[str, float] = {}
-        grad_norms = []
 
-        measure_grad = (
-            algo.amir and algo.lambda_measure == "grad" and self.step % algo.lambda_every == 0
-        )
-        for iteration in range(algo.num_iterations):
-            pref_grads = [torch.zeros_like(p) for p in self.params] if measure_grad else None
-            for k, rows in enumerate(micro):
-                mask = mask_all[rows].to(self.device)
-                # Rows hold whole groups: their prompts are rows start/G .. stop/G, each run
-                # once for its G completions.
-                prompts = slice(rows.start // group_size, rows.stop // group_size)
-                inputs = (
-                    rollouts.prompt_ids[prompts].to(self.device),
-                    rollouts.prompt_mask[prompts].to(self.device),
-                    rollouts.completion_ids[rows].to(self.device),
-                    rollouts.completion_mask[rows].to(self.device),
-                )
-                score = partial(
-                    completion_logprobs,
-                    temperature=cfg.rollout.temperature,
-                    group_size=group_size,
-                )
-                ref_logp = None
-                if self.needs_reference:
-                    with torch.no_grad(), reference_policy(self.model):
-                        ref_logp = score(self.model, *inputs)
-                logp = score(self.model, *inputs)
-                mean_logp = sequence_mean_logp(logp, mask)
-                if iteration == 0:
-                    old_logps[k] = logp.detach()
-                    signals[k] = (
-                        _slice_signals(mine, rows, local_size)
-                        if mine is not None
-                        else self.group_signals(
-                            scores,
-                            slice(offset + rows.start, offset + rows.stop),
-                            mean_logp.detach().cpu(),
-                        )
-                    )
-                sig = signals[k]
-                old = None if iteration == 0 else old_logps[k]
+    def _reference_logprobs(self, rollouts: Rollouts, rows: slice) -> torch.Tensor | None:
+        """Token log-probs under the reference policy (the adapter disabled), when the KL term
+        or AMIR with a reference needs them; None otherwise."""
+        if not self.needs_reference:
+            return None
+        with torch.no_grad(), reference_policy(self.model):
+            return self._logprobs(self.model, rollouts, rows)
 
-                pg, clip = policy_loss(
-                    logp,
-                    old,
-                    sig.advantages.to(logp.device),
-                    mask,
-                    eps_low=algo.eps_low,
-                    eps_high=algo.eps_high,
-                    level=algo.loss_level,
-                    aggregation=algo.aggregation,
-                    max_completion_length=max_len,
-                )
-                grpo = pg
-                kl = None
-                if algo.kl_coef > 0:
-                    kl = aggregate_token_losses(
-                        kl_k3(logp, ref_logp), mask, algo.aggregation, max_completion_length=max_len
-                    )
-                    grpo = pg + algo.kl_coef * kl
-                # Share of this micro-batch in the batch-level mean of each aggregation.
-                rows_n = mask.shape[0]
-                share = (
-                    int(mask.sum()) / tokens_total
-                    if algo.aggregation == "dapo"
-                    else rows_n / batch_size
-                )
-                loss = share * grpo
+    def _local_pairs(self, batch: StepBatch, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pairs whose rows are this process's `rows`, as this process's row indices."""
+        local = torch.full((batch.advantages.numel(),), -1, dtype=torch.long)
+        local[batch.rows] = torch.arange(batch.rows.numel())
+        chosen, rejected = local[batch.chosen], local[batch.rejected]
+        inside = (chosen >= rows.start) & (chosen < rows.stop)
+        return chosen[inside], rejected[inside]
 
-                pref = None
-                n_pairs = int(sig.chosen.numel())
-                if algo.amir and n_pairs > 0:
-                    ref_mean = None if algo.ref_free else sequence_mean_logp(ref_logp, mask)
-                    pref = preference_loss(
-                        mean_logp,
-                        ref_mean,
-                        sig.chosen.to(logp.device),
-                        sig.rejected.to(logp.device),
-                        algo.beta_dpo,
-                    )
-                if algo.amir and algo.lambda_measure == "loss" and iteration == 0:
-                    # Official rule: on each loss computation, before combining.
-                    self._update_lambda_from_losses(grpo, share, pref, n_pairs)
-                if pref is not None:
-                    # Pooled over all pairs of the batch. With LENS the pairs of a micro-batch
-                    # exist only after its forward pass, so there they are pooled per
-                    # micro-batch, as the official code does (its minibatch is the micro-batch);
-                    # a micro_batch_size that holds the whole batch pools over the batch.
-                    pair_share = (
-                        rows_n / batch_size if pairs_total is None else n_pairs / pairs_total
-                    )
-                    if measure_grad and iteration == 0:
-                        grads = torch.autograd.grad(
-                            pair_share * pref, self.params, retain_graph=True, allow_unused=True
-                        )
-                        for buf, g in zip(pref_grads, grads, strict=True):
-                            if g is not None:
-                                buf.add_(g)
-                    else:
-                        loss = loss + self.lambda_reg.value * pair_share * pref
-                loss.backward()
-
-                _accumulate(sums, "policy_loss", share * float(pg.detach()))
-                for name, value in clip.items():
-                    _accumulate(sums, name, float(value) * int(mask.sum()) / tokens_total)
-                if kl is not None:
-                    _accumulate(sums, "kl", share * float(kl.detach()))
-                if pref is not None:
-                    _accumulate(sums, "preference_loss_sum", float(pref.detach()) * n_pairs)
-                    _accumulate(sums, "pairs", n_pairs)
-                    with torch.no_grad():
-                        margin = mean_logp[sig.chosen] - mean_logp[sig.rejected]
-                    _accumulate(sums, "pair_logp_margin_sum", float(margin.sum()))
-
-            self.dist.sum_gradients(self.params, pref_grads or [])
-            if measure_grad and iteration == 0:
-                self._apply_grad_measured_lambda(pref_grads)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm)
-            grad_norms.append(float(grad_norm))
-            lr = self.scheduler.get_last_lr()[0]
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-
-        # Every process's sums (shares of global counts) add up to the batch's values.
-        sums = dict(zip(_SUMMED, self.dist.sum([sums.get(k, 0.0) for k in _SUMMED]), strict=True))
-        parts = self.dist.gather(_concat_signals(signals))
-        all_signals = _concat_signals(parts)
-        pairs = sums["pairs"]
-        num_groups = batch_size // group_size
-        metrics = {
-            "policy_loss": sums["policy_loss"] / algo.num_iterations,
-            "kl": sums["kl"] / algo.num_iterations,
-            "preference_loss": sums["preference_loss_sum"] / pairs if pairs else 0.0,
-            "pair_logp_margin": sums["pair_logp_margin_sum"] / pairs if pairs else 0.0,
-            "pairs": int(all_signals.chosen.numel()),
-            "pairs_per_group": all_signals.chosen.numel() / num_groups,
-            "lambda": self.lambda_reg.value,
-            "advantage_abs_mean": float(all_signals.advantages.abs().mean()),
-            "reward_used_mean": float(all_signals.rewards.mean()),
-            # Mean over the num_iterations updates (pre-clipping norms), as the losses.
-            "grad_norm": sum(grad_norms) / len(grad_norms),
-            "learning_rate": lr,
-        }
-        for name in ("clip_fraction_low", "clip_fraction_high", "clip_fraction", "ratio_mean"):
-            metrics[name] = sums[name] / algo.num_iterations
-        return metrics, all_signals
-
-    def _update_lambda_from_losses(
-        self, grpo: torch.Tensor, share: float, pref: torch.Tensor | None, n_pairs: int
-    ) -> None:
-        """lambda_measure=loss (REFERENCE.md 2): one update from this loss computation's L_GRPO
-        and L_pref, none when it has no pair. With several processes, the k-th micro-batches of
-        all of them are one loss computation: L_GRPO pooled by their shares of the batch, L_pref
-        by their pairs, so every process applies the same update."""
-        pref_sum = float(pref.detach()) * n_pairs if pref is not None else 0.0
-        grpo_sum, weight, pref_total, pairs = self.dist.sum(
-            [float(grpo.detach()) * share, share, pref_sum, n_pairs]
-        )
-        if pairs > 0:
-            self.lambda_reg.update(grpo_sum / weight, pref_total / pairs)
-
-    def _apply_grad_measured_lambda(self, pref_grads: list[torch.Tensor]) -> None:
-        """lambda_measure=grad: ratio = ||lambda grad L_pref|| / ||grad L_GRPO||, then combine.
-
-        The GRPO gradient is what the micro-batches accumulated in .grad; the preference
-        gradient was kept apart, so the ratio is measured before lambda is applied (REFERENCE.md
-        2, "a better-founded measure").
-        """
-        pg_norm = torch.sqrt(
-            sum((p.grad.float() ** 2).sum() for p in self.params if p.grad is not None)
-        )
-        pref_norm = torch.sqrt(sum((g.float() ** 2).sum() for g in pref_grads))
-        if float(pref_norm) > 0:
-            ratio = self.lambda_reg.value * float(pref_norm) / max(1e-12, float(pg_norm))
-            self.lambda_reg.update_from_ratio(ratio)
-        for p, g in zip(self.params, pref_grads, strict=True):
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            p.grad.add_(g, alpha=self.lambda_reg.value)
+    def _to_batch(self, rows: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """Every process's [b] values placed at their rows of the whole batch: [B]."""
+        parts = self.dist.gather((rows, local.cpu()))
+        rows_all = torch.cat([part[0] for part in parts])
+        out = torch.zeros(rows_all.numel(), dtype=local.dtype)
+        out[rows_all] = torch.cat([part[1] for part in parts])
+        return out
 
     # -----------------------------------------------------------------------------------------
     # Checkpoints, resume, export
@@ -610,7 +689,7 @@ class Trainer:
             "step": self.step,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "lambda_reg": self.lambda_reg.state_dict(),
+            "lambda_reg": self.lambda_reg.state_dict() if self.lambda_reg is not None else None,
             "rng": rng_state(),
             "data_position": self.step * self.config.rollout.questions_per_step,
         }
@@ -636,7 +715,8 @@ class Trainer:
         load_weights_into(self.model, checkpoint)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.lambda_reg.load_state_dict(state["lambda_reg"])
+        if self.lambda_reg is not None:
+            self.lambda_reg.load_state_dict(state["lambda_reg"])
         set_rng_state(state["rng"])
         self.step = int(state["step"])
         return True
@@ -660,6 +740,7 @@ class Trainer:
             if self._stop_requested:
                 raise KeyboardInterrupt
             self._stop_requested = True
+            self.stop_signal = signum
 
         try:
             previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -722,7 +803,7 @@ def _reward_metrics(scores: Scores, group_size: int) -> dict[str, float]:
 
 
 def _concat_scores(parts: list[Scores]) -> Scores:
-    """The Scores of consecutive slices of a batch (one per process, in rank order) as one."""
+    """The Scores of several slices of a batch (one per process, in rank order) as one."""
     if len(parts) == 1:
         return parts[0]
     return Scores(
@@ -734,31 +815,32 @@ def _concat_scores(parts: list[Scores]) -> Scores:
     )
 
 
-def _slice_signals(signals: GroupSignals, rows: slice, batch_size: int) -> GroupSignals:
-    """The part of batch-level signals that falls in `rows`, pair indices made local."""
-    start, stop, _ = rows.indices(batch_size)
-    keep = (signals.chosen >= start) & (signals.chosen < stop)
-    return GroupSignals(
-        signals.advantages[rows],
-        signals.rewards[rows],
-        signals.chosen[keep] - start,
-        signals.rejected[keep] - start,
+def _take_scores(scores: Scores, order: torch.Tensor) -> Scores:
+    """The rows `order` of scores, in that order."""
+    return Scores(
+        columns={k: v[order] for k, v in scores.columns.items()},
+        weights=scores.weights,
+        total=scores.total[order],
+        correct=scores.correct[order],
+        verdicts=[scores.verdicts[i] for i in order.tolist()],
     )
 
 
-def _concat_signals(parts: list[GroupSignals]) -> GroupSignals:
-    chosen, rejected, offset = [], [], 0
-    for part in parts:
-        chosen.append(part.chosen + offset)
-        rejected.append(part.rejected + offset)
-        offset += part.advantages.numel()
-    return GroupSignals(
-        torch.cat([p.advantages for p in parts]),
-        torch.cat([p.rewards for p in parts]),
-        torch.cat(chosen),
-        torch.cat(rejected),
-    )
+# Update metrics averaged over the step's updates (mini-batches x epochs).
+_PER_UPDATE = (
+    "policy_loss",
+    "kl",
+    "clip_fraction_low",
+    "clip_fraction_high",
+    "clip_fraction",
+    "ratio_mean",
+    "grad_norm",
+)
 
 
-def _accumulate(sums: dict[str, float], key: str, value: float) -> None:
-    sums[key] = sums.get(key, 0.0) + value
+def _mean(updates: list[dict[str, float]], key: str) -> float:
+    return sum(u[key] for u in updates) / len(updates)
+
+
+def _total(updates: list[dict[str, float]], key: str) -> float:
+    return sum(u[key] for u in updates)
