@@ -114,6 +114,8 @@ def test_at_step_locates_a_sampler_error_in_training() -> None:
     error = NonFiniteError("logits (NaN in 8 of 8 rows) at completion token 1", hint="diverged")
     located = error.at_step(12, hint="lower optim.lr (now 1e+10)")
     assert str(located) == (
-        "step 12: non-finite logits (NaN in 8 of 8 rows) at completion token 1; diverged"
+        "step 12: non-finite logits (NaN in 8 of 8 rows) at completion token 1; lower optim.lr "
+        "(now 1e+10)"
     )
-    assert NonFiniteError("loss").at_step(4, hint="h").hint == "h"
+    assert (located.what, located.step) == (error.what, 12)
+    assert error.at_step(3).hint == "diverged"  # no new hint: its own stays

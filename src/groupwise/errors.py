@@ -30,8 +30,9 @@ class NonFiniteError(FloatingPointError):
         super().__init__(f"{where}non-finite {what}{tail}")
 
     def at_step(self, step: int, hint: str = "") -> NonFiniteError:
-        """The same error located at training step `step` (with `hint` unless it has one)."""
-        return NonFiniteError(self.what, step, self.hint or hint)
+        """The same error located at training step `step`; `hint`, when given, replaces its own
+        (the trainer knows the settings to name, e.g. the learning rate)."""
+        return NonFiniteError(self.what, step, hint or self.hint)
 
 
 def check_finite(
