@@ -65,6 +65,7 @@ def test_overrides_parse_values_as_yaml() -> None:
             "train.max_steps=2",
             "optim.lr=1e-3",
             "algorithm.amir=false",
+            "data.benchmark=arith",  # a benchmark with options
             "data.options={level: easy}",
             "algorithm.max_pairs_per_group=3",
         ],
@@ -122,3 +123,96 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         load_config(typo)
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "missing.yaml")
+
+
+# --- issue 14: every value checked at load, before any model or data ---------------------------
+
+BAD_VALUES = [
+    (["rollout.temperature=0"], "rollout.temperature must be > 0 (training scores"),
+    (["reward.timeout=0"], "reward.timeout must be > 0 seconds, got 0.0"),
+    (["reward.workers=0"], "reward.workers must be >= 1, got 0"),
+    (["data.prompt=chat"], "data.prompt: invalid value 'chat'; valid choices: amir, boxed, gsm8k"),
+    (["model.device=gpu"], "model.device: invalid value 'gpu'; valid: auto, cpu, cuda, cuda:N"),
+    (["model.device=cuda:99"], "model.device=cuda:99, but this machine has"),
+    (["model.lora_target_modules="], "model.lora_target_modules is empty"),
+    (["model.lora_target_modules=(q_proj"], "'(q_proj' is not a regular expression"),
+    (
+        ["data.benchmark=arith", "data.options={levl: easy}"],
+        "data.options: unknown option 'levl' for benchmark 'arith'; valid options: level, size",
+    ),
+    (["data.options={level: easy}"], "for benchmark 'gsm8k'; valid options: none"),
+    (["data.benchmark=gsm9k"], "data.benchmark: unknown benchmark 'gsm9k'"),
+    (["data.split=validation"], "data.split: benchmark 'gsm8k' has no split 'validation'"),
+    (["data.limit=0"], "data.limit must be >= 1 (or null: every problem), got 0"),
+    (["algorithm.eps_low=0"], "algorithm.eps_low must be in (0, 1), got 0.0"),
+    (["algorithm.eps_low=1.5"], "algorithm.eps_low must be in (0, 1), got 1.5"),
+    (["algorithm.eps_high=-0.1"], "algorithm.eps_high must be >= 0, got -0.1"),
+    (["algorithm.beta_dpo=0"], "algorithm.beta_dpo must be > 0, got 0.0"),
+    (["algorithm.lens_alpha=-0.25"], "algorithm.lens_alpha must be >= 0, got -0.25"),
+    (
+        ["algorithm.lambda_init=0.1"],
+        "lambda_init must lie in [algorithm.lambda_min, algorithm.lambda_max] = "
+        "[0.005, 0.05], got 0.1",
+    ),
+    (["algorithm.lambda_low=0.8"], "lambda_low must be < algorithm.lambda_high, got 0.8 and 0.7"),
+    (["optim.max_grad_norm=0"], "optim.max_grad_norm must be > 0, got 0.0"),
+    (["optim.lr=.nan"], "optim.lr must be a finite number, got nan"),
+    (["reward.weights={correctness: .inf}"], "reward.weights.correctness must be a finite"),
+    (["reward.weights={correctnes: 1}"], "reward.weights: unknown component 'correctnes'"),
+    (["reward.plugins=[no_such_plugin]"], "reward.plugins: cannot import 'no_such_plugin'"),
+    (
+        [
+            "algorithm.advantage=lens",
+            "reward.weights={format: 1}",
+            "reward.correctness_component=format",
+        ],
+        "reward.correctness_component: reward component 'format' is not a correctness reward",
+    ),
+    (["train.output_dir="], "train.output_dir is empty"),
+    (["train.output_dir=  "], "train.output_dir is empty"),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"), BAD_VALUES, ids=[" ".join(o) for o, _ in BAD_VALUES]
+)
+def test_bad_values_are_refused_at_load_naming_key_and_range(
+    overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, overrides)
+    assert message in str(caught.value)
+
+
+def test_a_yaml_that_is_not_a_mapping_is_refused_also_with_overrides(tmp_path: Path) -> None:
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- model\n- train\n")
+    for overrides in ([], ["train.max_steps=2"]):
+        with pytest.raises(ConfigError, match=r"list.yaml: expected a mapping of sections"):
+            load_config(listed, overrides)
+    scalar = tmp_path / "zero.yaml"
+    scalar.write_text("0\n")  # was read as "no settings": every default, silently
+    with pytest.raises(ConfigError, match=r"zero.yaml: expected a mapping of sections.*int"):
+        load_config(scalar)
+
+
+def test_a_section_set_to_a_scalar_is_refused(tmp_path: Path) -> None:
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("train: 0\n")  # was read as an empty section
+    with pytest.raises(ConfigError, match="scalar.yaml: train: expected a mapping of options, got"):
+        load_config(scalar)
+    with pytest.raises(ConfigError, match="'train' is not a section"):
+        load_config(scalar, ["train.max_steps=3"])
+    with pytest.raises(ConfigError, match="model: expected a mapping of options, got 'tiny-"):
+        load_config(None, ["model=tiny-random"])
+    empty = tmp_path / "empty_section.yaml"
+    empty.write_text("train:\n")
+    assert load_config(empty, ["train.max_steps=3"]).train.max_steps == 3
+
+
+def test_a_non_utf8_config_names_the_file_and_line(tmp_path: Path) -> None:
+    latin1 = tmp_path / "latin1.yaml"
+    text = "model:\n  name: tiny-random\ntrain:\n  output_dir: runs/caf\xe9\n"
+    latin1.write_bytes(text.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1.yaml line 4: not UTF-8 \(byte 0xe9\)"):
+        load_config(latin1)

@@ -190,8 +190,15 @@ def _read_jsonl(path: Path) -> Iterator[_Record]:
             f"shared data folder does (set {DATA_ENV} or pass data_dir)"
         )
     index = 0
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with path.open("rb") as lines:  # bytes: a line that is not UTF-8 is named, not a traceback
+        for number, raw in enumerate(lines, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise BenchmarkFormatError(
+                    f"{path} line {number}: not UTF-8 (byte 0x{raw[error.start]:02x}, the "
+                    f"line's byte {error.start + 1})"
+                ) from None
             if not line.strip():
                 continue
             try:

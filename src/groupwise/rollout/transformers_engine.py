@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
+from groupwise.errors import NonFiniteError
 from groupwise.rollout.types import Rollouts, SamplingParams
 
 __all__ = [
@@ -243,7 +244,11 @@ class TransformersGenerator:
             uniform = torch.cat(
                 [torch.rand(n, generator=g, dtype=torch.float64, device=device) for g in streams]
             )[row_of]
-            token = sample_next_tokens(logits, sampling, uniform=uniform)
+            try:
+                token = sample_next_tokens(logits, sampling, uniform=uniform)
+            except NonFiniteError as error:
+                where = f"{error.what} at completion token {step + 1}"
+                raise NonFiniteError(where, hint=error.hint) from None
             token = torch.where(live, token, self.pad_token_id)
             tokens[row_of, step] = token
             stopped = live & torch.isin(token, eos)
@@ -442,14 +447,27 @@ def sample_next_tokens(
 
     Draws by inverting the float64 CDF with one uniform number per row: exact to float64
     rounding, never picks a token of probability 0, and costs one cumsum where
-    torch.multinomial on CPU costs about 1 ms per row over a 49k vocabulary."""
+    torch.multinomial on CPU costs about 1 ms per row over a 49k vocabulary.
+
+    Raises NonFiniteError when some row's logits define no distribution: a NaN, a +inf, or
+    nothing but -inf (a -inf for some tokens is fine: probability 0). The check reads B numbers
+    the draw computes anyway (the chosen logit, or the softmax total), one sync per call."""
     if sampling.temperature == 0:
-        return logits.argmax(dim=-1)
+        token = logits.argmax(dim=-1)
+        # argmax takes NaN for the largest value; a +inf, or a row of -inf, has no meaningful
+        # argmax either: the chosen logits are all finite exactly when every row is sound.
+        if not bool(torch.isfinite(logits.gather(-1, token[:, None])).all()):
+            raise _non_finite_logits(logits)
+        return token
     scaled = logits.float() / sampling.temperature
     if sampling.top_p < 1.0:
         scaled = top_p_filter(scaled, sampling.top_p)
     cdf = scaled.softmax(dim=-1, dtype=torch.float64).cumsum(dim=-1)
     total = cdf[:, -1:]
+    # A NaN or +inf logit, or a row of -inf, makes the row's softmax NaN, hence its total: one
+    # check of B numbers instead of B x V (a row of finite logits sums to 1).
+    if not bool(torch.isfinite(total).all()):
+        raise _non_finite_logits(logits)
     if uniform is None:
         uniform = torch.rand(total.shape, generator=rng, dtype=torch.float64, device=cdf.device)
     else:
@@ -457,6 +475,25 @@ def sample_next_tokens(
     # Keep the target strictly below the last CDF value, so some token always lies above it.
     target = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True).squeeze(1)
+
+
+def _non_finite_logits(logits: torch.Tensor) -> NonFiniteError:
+    """The error for logits [B, V] that give no distribution: how many rows hold a NaN, a +inf,
+    or nothing but -inf (computed only once something is wrong)."""
+    kinds = {
+        "NaN": torch.isnan(logits).any(dim=-1),
+        "+inf": torch.isposinf(logits).any(dim=-1),
+        "only -inf": torch.isneginf(logits).all(dim=-1),
+    }
+    rows = logits.shape[0]
+    found = [f"{kind} in {int(b.sum())} of {rows} rows" for kind, b in kinds.items() if b.any()]
+    # All finite and still no distribution: logits / temperature overflowed.
+    detail = "; ".join(found) or "finite, but they overflow once divided by the temperature"
+    return NonFiniteError(
+        f"logits ({detail})",
+        hint="the policy's outputs are no longer numbers: training diverged (too large a "
+        "learning rate?) or the weights are damaged",
+    )
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:

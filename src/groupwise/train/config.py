@@ -7,6 +7,10 @@ or ours; see REFERENCE.md). Unknown keys and bad values are errors that name the
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -14,6 +18,10 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
+
+from groupwise.data import TEMPLATES, benchmark_splits
+from groupwise.data.benchmarks import _benchmark
+from groupwise.rewards import component_names, correct_value
 
 
 class ConfigError(ValueError):
@@ -263,7 +271,13 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self) -> Config:
-        """Cross-field checks that types alone cannot express."""
+        """Every value in its valid range and the cross-field checks that types alone cannot
+        express, before any model or data is loaded; errors name the key and the valid range
+        or choices. Imports reward.plugins first: they may register the reward components and
+        benchmarks the config names."""
+        for key, value in _numbers(self):
+            if not math.isfinite(value):
+                raise ConfigError(f"{key} must be a finite number, got {value}")
         positive = {
             "rollout.group_size": self.rollout.group_size,
             "rollout.questions_per_step": self.rollout.questions_per_step,
@@ -275,6 +289,8 @@ class Config:
             "algorithm.num_iterations": self.algorithm.num_iterations,
             "algorithm.minibatches": self.algorithm.minibatches,
             "algorithm.lambda_every": self.algorithm.lambda_every,
+            "reward.workers": self.reward.workers,
+            "model.lora_r": self.model.lora_r,
         }
         for key, value in positive.items():
             if value < 1:
@@ -287,25 +303,12 @@ class Config:
                 f"of algorithm.minibatches={self.algorithm.minibatches}: each mini-batch holds "
                 "whole questions"
             )
-        if not 0.0 < self.rollout.top_p <= 1.0:
-            raise ConfigError(f"rollout.top_p must be in (0, 1], got {self.rollout.top_p}")
+        _check_ranges(self)
         if self.rollout.dtype != "auto" and not self.rollout.inference_copy:
             raise ConfigError(
                 f"rollout.dtype={self.rollout.dtype} sets the dtype of the inference copy; "
                 "it needs rollout.inference_copy=true (or rollout.dtype=auto)"
             )
-        if self.rollout.temperature < 0:
-            raise ConfigError(f"rollout.temperature must be >= 0, got {self.rollout.temperature}")
-        if self.optim.lr <= 0:
-            raise ConfigError(f"optim.lr must be > 0, got {self.optim.lr}")
-        if not 0.0 <= self.optim.warmup_ratio < 1.0:
-            raise ConfigError(
-                f"optim.warmup_ratio must be in [0, 1), got {self.optim.warmup_ratio}"
-            )
-        if self.algorithm.amir and self.algorithm.margin < 0:
-            raise ConfigError(f"algorithm.margin must be >= 0, got {self.algorithm.margin}")
-        if self.algorithm.kl_coef < 0:
-            raise ConfigError(f"algorithm.kl_coef must be >= 0, got {self.algorithm.kl_coef}")
         needs_reference = self.algorithm.kl_coef > 0 or (
             self.algorithm.amir and not self.algorithm.ref_free
         )
@@ -314,16 +317,184 @@ class Config:
                 "a reference policy (algorithm.kl_coef > 0 or algorithm.ref_free=false) needs "
                 "model.lora=true: the reference is the same model with the adapter disabled"
             )
-        if not self.reward.weights:
-            raise ConfigError("reward.weights is empty: name at least one reward component")
-        lens = self.algorithm.advantage == "lens"
-        if lens and self.reward.correctness_component not in self.reward.weights:
+        if not self.train.output_dir.strip():
+            raise ConfigError("train.output_dir is empty: name the run folder")
+        _check_device(self.model.device)
+        if self.model.lora:
+            _check_target_modules(self.model.lora_target_modules)
+        if self.data.prompt not in TEMPLATES:
             raise ConfigError(
-                f"algorithm.advantage=lens calibrates reward component "
-                f"'{self.reward.correctness_component}' (reward.correctness_component), "
-                f"which is not in reward.weights {sorted(self.reward.weights)}"
+                f"data.prompt: invalid value {self.data.prompt!r}; valid choices: "
+                + ", ".join(TEMPLATES)
             )
+        _import_plugins(self.reward.plugins)
+        _check_rewards(self)
+        _check_data(self.data)
         return self
+
+
+def _numbers(config: Config) -> list[tuple[str, float]]:
+    """(key, value) of every float option, and of the numbers inside mapping options
+    (reward.weights), for the finiteness check."""
+    found = []
+    for section in dataclasses.fields(config):
+        values = getattr(config, section.name)
+        for option in dataclasses.fields(values):
+            key, value = f"{section.name}.{option.name}", getattr(values, option.name)
+            if isinstance(value, float):
+                found.append((key, value))
+            elif isinstance(value, dict):
+                found += [(f"{key}.{k}", v) for k, v in value.items() if isinstance(v, float)]
+    return found
+
+
+def _check_ranges(c: Config) -> None:
+    """Single options against their ranges: (key, value, within range, the range in words)."""
+    a, o = c.algorithm, c.optim
+    rules = [
+        ("rollout.temperature", c.rollout.temperature, c.rollout.temperature > 0,
+         "> 0 (training scores each completion at the temperature it was sampled with)"),
+        ("rollout.top_p", c.rollout.top_p, 0.0 < c.rollout.top_p <= 1.0, "in (0, 1]"),
+        ("reward.timeout", c.reward.timeout, c.reward.timeout > 0, "> 0 seconds"),
+        ("data.limit", c.data.limit, c.data.limit is None or c.data.limit >= 1,
+         ">= 1 (or null: every problem)"),
+        ("model.lora_alpha", c.model.lora_alpha, c.model.lora_alpha > 0, "> 0"),
+        ("model.lora_dropout", c.model.lora_dropout, 0.0 <= c.model.lora_dropout < 1.0,
+         "in [0, 1)"),
+        ("algorithm.advantage_eps", a.advantage_eps, a.advantage_eps > 0, "> 0"),
+        ("algorithm.eps_low", a.eps_low, 0.0 < a.eps_low < 1.0, "in (0, 1)"),
+        ("algorithm.eps_high", a.eps_high, a.eps_high >= 0, ">= 0"),
+        ("algorithm.kl_coef", a.kl_coef, a.kl_coef >= 0, ">= 0"),
+        ("algorithm.lens_alpha", a.lens_alpha, a.lens_alpha >= 0, ">= 0"),
+        ("algorithm.beta_dpo", a.beta_dpo, a.beta_dpo > 0, "> 0"),
+        ("algorithm.margin", a.margin, a.margin >= 0, ">= 0"),
+        ("algorithm.max_pairs_per_group", a.max_pairs_per_group,
+         a.max_pairs_per_group is None or a.max_pairs_per_group >= 1, ">= 1 (or null: all)"),
+        ("algorithm.lambda_min", a.lambda_min, a.lambda_min > 0, "> 0"),
+        ("algorithm.lambda_up", a.lambda_up, a.lambda_up > 1, "> 1"),
+        ("algorithm.lambda_down", a.lambda_down, 0 < a.lambda_down < 1, "in (0, 1)"),
+        ("optim.lr", o.lr, o.lr > 0, "> 0"),
+        ("optim.max_grad_norm", o.max_grad_norm, o.max_grad_norm > 0, "> 0"),
+        ("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0"),
+        ("optim.beta1", o.beta1, 0.0 <= o.beta1 < 1.0, "in [0, 1)"),
+        ("optim.beta2", o.beta2, 0.0 <= o.beta2 < 1.0, "in [0, 1)"),
+        ("optim.warmup_ratio", o.warmup_ratio, 0.0 <= o.warmup_ratio < 1.0, "in [0, 1)"),
+        ("train.keep_checkpoints", c.train.keep_checkpoints, c.train.keep_checkpoints >= 0,
+         ">= 0 (0 keeps every checkpoint)"),
+    ]
+    for key, value, ok, valid in rules:
+        if not ok:
+            raise ConfigError(f"{key} must be {valid}, got {value}")
+    if not a.lambda_min <= a.lambda_init <= a.lambda_max:
+        raise ConfigError(
+            "algorithm.lambda_init must lie in [algorithm.lambda_min, algorithm.lambda_max] = "
+            f"[{a.lambda_min}, {a.lambda_max}], got {a.lambda_init}"
+        )
+    if not a.lambda_low < a.lambda_high:
+        raise ConfigError(
+            "algorithm.lambda_low must be < algorithm.lambda_high, got "
+            f"{a.lambda_low} and {a.lambda_high}"
+        )
+
+
+def _check_device(device: str) -> None:
+    """model.device: "auto", or a torch device this machine has."""
+    if device == "auto":
+        return
+    import torch  # only here: reading a config does not need torch otherwise
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(
+            f"model.device: invalid value {device!r}; valid: auto, cpu, cuda, cuda:N, mps"
+        ) from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (parsed.index is not None and parsed.index >= count):
+            raise ConfigError(
+                f"model.device={device}, but this machine has {count} CUDA device(s); "
+                "use model.device=auto or cpu"
+            )
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("model.device=mps, but MPS is not available here; use auto or cpu")
+
+
+def _check_target_modules(target: str) -> None:
+    """model.lora_target_modules: "all-linear", or the regular expression peft matches against
+    each module's full name (e.g. ".*(q_proj|v_proj)")."""
+    try:
+        re.compile(target)
+    except re.error as error:
+        raise ConfigError(
+            f"model.lora_target_modules: {target!r} is not a regular expression ({error})"
+        ) from None
+    if not target.strip():
+        raise ConfigError(
+            "model.lora_target_modules is empty: give all-linear, or a regular expression "
+            "matching the full names of the modules to adapt (e.g. '.*(q_proj|v_proj)')"
+        )
+
+
+def _import_plugins(modules: list[str]) -> None:
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"reward.plugins: cannot import {module!r} ({error})") from None
+
+
+def _check_rewards(c: Config) -> None:
+    if not c.reward.weights:
+        raise ConfigError("reward.weights is empty: name at least one reward component")
+    known = component_names()
+    for name in c.reward.weights:
+        if name not in known:
+            raise ConfigError(
+                f"reward.weights: unknown component {name!r}; valid components: "
+                f"{', '.join(known)} (more come from reward.plugins)"
+            )
+    component = c.reward.correctness_component
+    if c.algorithm.advantage == "lens":
+        if component not in c.reward.weights:
+            raise ConfigError(
+                f"algorithm.advantage=lens calibrates reward component '{component}' "
+                f"(reward.correctness_component), which is not in reward.weights "
+                f"{sorted(c.reward.weights)}"
+            )
+        try:
+            correct_value(component)
+        except ValueError as error:
+            raise ConfigError(f"reward.correctness_component: {error}") from None
+
+
+def _check_data(d: DataConfig) -> None:
+    """data.benchmark, data.split and data.options against the benchmark's loader."""
+    try:
+        splits = benchmark_splits(d.benchmark)
+    except ValueError as error:
+        raise ConfigError(f"data.benchmark: {error}") from None
+    if d.split not in splits:
+        raise ConfigError(
+            f"data.split: benchmark {d.benchmark!r} has no split {d.split!r}; valid splits: "
+            + ", ".join(splits)
+        )
+    parameters = inspect.signature(_benchmark(d.benchmark).loader).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    options = [
+        name
+        for name, p in parameters.items()
+        if name not in ("data_dir", "split")
+        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    for name in d.options:
+        if name not in options:
+            valid = ", ".join(options) if options else "none (this benchmark takes no options)"
+            raise ConfigError(
+                f"data.options: unknown option {name!r} for benchmark {d.benchmark!r}; "
+                f"valid options: {valid}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,7 +571,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+        where = prefix.rstrip(".") or "config"
+        raise ConfigError(f"{where}: expected a mapping of options, got {data!r}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
@@ -410,7 +582,8 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             raise ConfigError(f"unknown key '{full}'; valid keys here: {', '.join(names)}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(tp, value or {}, f"{full}.")
+            # An empty section (`train:`) is None; any other non-mapping (`train: 0`) an error.
+            kwargs[key] = _build(tp, {} if value is None else value, f"{full}.")
         else:
             kwargs[key] = _coerce(value, tp, full)
     return cls(**kwargs)
@@ -418,7 +591,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Builds and validates a Config from a nested mapping (as read from YAML)."""
-    return _build(Config, data or {}, "").validate()
+    return _build(Config, {} if data is None else data, "").validate()
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
@@ -435,9 +608,11 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         raise ConfigError(f"override {override!r}: empty key component")
     node = data
     for part in parts[:-1]:
-        node = node.setdefault(part, {})
+        if node.get(part) is None:  # absent, or an empty section (`train:` in the YAML)
+            node[part] = {}
+        node = node[part]
         if not isinstance(node, dict):
-            raise ConfigError(f"override {override!r}: '{part}' is not a section")
+            raise ConfigError(f"override {override!r}: '{part}' is not a section (it is {node!r})")
     try:
         node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
@@ -454,10 +629,25 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
+        raw = path.read_bytes()
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            line = raw[: err.start].count(b"\n") + 1
+            raise ConfigError(
+                f"{path} line {line}: not UTF-8 (byte 0x{raw[err.start]:02x}); save the file "
+                "as UTF-8"
+            ) from None
+        try:
+            loaded = yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(
+                f"{path}: expected a mapping of sections (model:, data:, rollout:, ...), "
+                f"got a {type(loaded).__name__}: {loaded!r}"
+            )
+        data = loaded or {}
     for override in overrides:
         apply_override(data, override)
     try:

@@ -5,35 +5,86 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"
+SET_ASIDE_SUFFIX = ".set-aside"
+
+
+def trim_jsonl(path: Path, step: int) -> list[str]:
+    """Cuts the log `path` back to `step` (a resumed run's checkpoint) without losing a line.
+
+    Keeps, in their order, the lines that are JSON objects with an integer "step" <= `step`;
+    every other non-blank line (a later step, which the resumed run writes again, or a line
+    that cannot be read: not UTF-8, not JSON, no step) is appended to `path`.set-aside before
+    the log is rewritten (atomically). A log with nothing to remove is left untouched.
+
+    Returns one note per unreadable line ("FILE:LINE: ...") and one for the later steps, for
+    the user to see; [] when nothing was removed.
+    """
+    path = Path(path)
+    kept: list[bytes] = []
+    removed: list[bytes] = []  # in file order
+    later = 0
+    unreadable: list[tuple[int, str]] = []
+    data = path.read_bytes()
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            unreadable.append((number, f"not UTF-8 (byte {error.start + 1})"))
+        except json.JSONDecodeError as error:
+            unreadable.append((number, f"not JSON ({error.msg}, column {error.colno})"))
+        else:
+            recorded = record.get("step") if isinstance(record, dict) else None
+            if isinstance(recorded, bool) or not isinstance(recorded, int):
+                unreadable.append((number, "not an object with an integer step"))
+            elif recorded <= step:
+                kept.append(line)
+                continue
+            else:
+                later += 1
+        removed.append(line)
+    if not removed and (not data or data.endswith(b"\n")):
+        return []  # (a file not ending in a newline is rewritten: the next line would join it)
+    aside = path.with_name(path.name + SET_ASIDE_SUFFIX)
+    with aside.open("ab") as f:
+        f.writelines(line + b"\n" for line in removed)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(line + b"\n" for line in kept))
+    os.replace(tmp, path)
+    notes = [
+        f"{path}:{number}: {reason}; set aside in {aside}" for number, reason in unreadable
+    ]
+    if later:
+        notes.append(
+            f"{path}: {later} line(s) of steps after the checkpoint's step {step}, which the "
+            f"resumed run writes again, moved to {aside}"
+        )
+    return notes
 
 
 class JsonlLog:
     """Appends one JSON object per line, each with a "step" key.
 
-    On resume, lines for steps after the checkpoint are dropped first, so a resumed run's log
-    reads exactly like an uninterrupted one.
+    On resume, the log is cut back to the checkpoint's step first (`trim_jsonl`: nothing is
+    deleted, what is removed goes to a .set-aside file), so a resumed run's log reads exactly
+    like an uninterrupted one. `notes` says what was set aside.
     """
 
     def __init__(self, path: Path, resume_step: int | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.notes: list[str] = []
         if resume_step is None or not self.path.exists():
             self.path.write_text("")
         else:
-            self._truncate_after(resume_step)
-
-    def _truncate_after(self, step: int) -> None:
-        kept = []
-        for line in self.path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut by a crash: nothing after it can be trusted
-            if record.get("step", math.inf) <= step:
-                kept.append(line)
-        self.path.write_text("".join(line + "\n" for line in kept))
+            self.notes = trim_jsonl(self.path, resume_step)
 
     def write(self, record: dict[str, Any]) -> None:
         with self.path.open("a") as f:
@@ -47,7 +98,7 @@ class MetricsLog(JsonlLog):
     """RUN/metrics.jsonl, optionally mirrored to TensorBoard under RUN/tensorboard."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = False, resume_step: int | None = None):
-        super().__init__(Path(run_dir) / "metrics.jsonl", resume_step)
+        super().__init__(Path(run_dir) / METRICS_FILE, resume_step)
         self._writer = None
         if tensorboard:
             try:
