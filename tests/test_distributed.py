@@ -48,7 +48,21 @@ OVERRIDES = [
 TIMING = {"seconds_generation", "seconds_scoring", "seconds_training", "seconds_step"}
 
 
-def _launch(run_dir: Path, processes: int) -> subprocess.Popen:
+# A second layout: 2 PPO mini-batches of 2 questions (each process takes one question of each),
+# LENS advantages from the gathered rollout log-probs, AMIR pairs on the calibrated totals.
+LAYOUTS = {
+    "one_minibatch": [],
+    "two_minibatches_lens_amir": [
+        "rollout.questions_per_step=4",
+        "algorithm.minibatches=2",
+        "algorithm.advantage=lens",
+        "reward.weights={text_hash: 1.0, binary: 1.0}",
+        "reward.correctness_component=binary",
+    ],
+}
+
+
+def _launch(run_dir: Path, processes: int, extra: list[str]) -> subprocess.Popen:
     env = {
         **os.environ,
         "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -58,12 +72,13 @@ def _launch(run_dir: Path, processes: int) -> subprocess.Popen:
     if processes > 1:
         torchrun = ["torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
         launcher = [sys.executable, "-m", *torchrun, "-m", "groupwise"]
-    command = [*launcher, "train", *OVERRIDES, f"train.output_dir={run_dir}"]
+    command = [*launcher, "train", *OVERRIDES, *extra, f"train.output_dir={run_dir}"]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def test_two_processes_take_the_same_steps_as_one(tmp_path: Path) -> None:
-    runs = {n: _launch(tmp_path / f"procs{n}", n) for n in (1, 2)}
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_two_processes_take_the_same_steps_as_one(tmp_path: Path, layout: str) -> None:
+    runs = {n: _launch(tmp_path / f"procs{n}", n, LAYOUTS[layout]) for n in (1, 2)}
     for n, process in runs.items():
         output, _ = process.communicate(timeout=300)
         assert process.returncode == 0, f"{n} process(es) failed:\n{output.decode()[-3000:]}"

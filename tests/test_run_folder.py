@@ -315,3 +315,16 @@ def test_resume_with_every_checkpoint_damaged_is_refused(tmp_path: Path) -> None
         caught.value
     )
     assert steps_in(tmp_path / "metrics.jsonl") == [1, 2, 3, 4]  # nothing trimmed
+
+
+def test_a_run_saved_before_the_std_option_resumes_with_the_population_std(tmp_path: Path) -> None:
+    # Runs saved before algorithm.advantage_std existed divided by the population std: resuming
+    # one must not switch it to today's default (unbiased) behind the user's back.
+    previous_run(tmp_path)
+    saved = yaml.safe_load((tmp_path / CONFIG_FILE).read_text())
+    del saved["algorithm"]["advantage_std"]
+    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    with pytest.raises(RunFolderError, match=r"advantage_std: 'population' -> 'unbiased'"):
+        RunFolder.open(tmp_path, config(tmp_path), "resume")
+    population = config(tmp_path, "algorithm.advantage_std=population")
+    RunFolder.open(tmp_path, population, "resume").close()

@@ -5,18 +5,23 @@ non-finite value exits non-zero saying what to do."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import groupwise.train.trainer as trainer_module
 from groupwise.cli import main
 from groupwise.errors import NonFiniteError
+from groupwise.train.checkpoint import checkpoint_problem
 from groupwise.train.config import ConfigError, load_config, save_config
 from groupwise.train.metrics_log import read_jsonl
 
@@ -194,7 +199,7 @@ class StoppedTrainer:
     signal_number: int | None = None
     error: Exception | None = None
 
-    def __init__(self, config, resume: bool = False) -> None:
+    def __init__(self, config, resume: bool = False, folder=None) -> None:
         self.run_dir = Path(config.train.output_dir)
         self.step = 3
         self.stop_signal: int | None = None
@@ -228,3 +233,64 @@ def test_a_non_finite_stop_is_one_line_and_exit_1(tmp_path: Path, capsys, monkey
     err = one_line_error(capsys)
     assert "step 4: non-finite gradient norm (nan); lower optim.lr (now 1e+10)" in err
     assert "No optimizer step was taken on it" in err
+
+
+# --- the same, on a real Trainer ---------------------------------------------------------------
+
+
+def test_a_diverged_policy_stops_before_any_step_on_it(tmp_path: Path, capsys) -> None:
+    # lr 1e10 blows the LoRA weights up within a few steps; the sampler then sees NaN logits.
+    run = tmp_path / "run"
+    diverge = ["optim.lr=1e10", "optim.warmup_ratio=0", "optim.schedule=constant"]
+    code = main(tiny_run(run, *diverge, "train.max_steps=12", "train.save_every=1"))
+    assert code == 1
+    err = one_line_error(capsys)
+    assert re.search(r"step (\d+): non-finite logits \(NaN in \d+ of \d+ rows\)", err), err
+    assert "lower optim.lr (now 1e+10)" in err
+    failed = int(re.search(r"step (\d+):", err).group(1))
+    # every finished step was logged and checkpointed, intact; nothing of the failed step was
+    logged = [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
+    assert logged == list(range(1, failed))
+    checkpoints = sorted((run / "checkpoints").iterdir())
+    assert checkpoints[-1].name == f"step-{failed - 1}"
+    assert all(checkpoint_problem(c) is None for c in checkpoints)
+    assert not (run / "final").exists()
+
+
+def test_a_non_finite_loss_is_caught_before_backward(tmp_path: Path, monkeypatch) -> None:
+    real = trainer_module.loss_terms
+
+    def nan_loss(*args, **kwargs):
+        terms = real(*args, **kwargs)
+        return dataclasses.replace(terms, policy=terms.policy * float("nan"))
+
+    monkeypatch.setattr(trainer_module, "loss_terms", nan_loss)
+    config = load_config(None, tiny_run(tmp_path / "run")[1:])
+    trainer = trainer_module.Trainer(config)
+    before = [p.detach().clone() for p in trainer.params]
+    with pytest.raises(NonFiniteError, match=r"step 1: non-finite loss \(nan\)"):
+        trainer.train_step()
+    assert all(torch.equal(a, p) for a, p in zip(before, trainer.params, strict=True))
+    assert all(p.grad is None for p in trainer.params)
+    trainer.close()
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_then_exits_143(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{SRC}"}
+    args = [*tiny_run(run, "train.max_steps=500", "train.save_every=1000")]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "groupwise", *args], env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended early"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    step = len(read_jsonl(run / "metrics.jsonl"))
+    assert f"stopped by SIGTERM at step {step}" in err and err.rstrip().endswith("--resume")
+    assert checkpoint_problem(run / "checkpoints" / f"step-{step}") is None
+    assert not (run / "final").exists()

@@ -4,7 +4,6 @@ untouched base, and a resumed run logs what an uninterrupted one logs."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -15,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from groupwise.algorithms import mine_pairs
 from groupwise.models import load_model, reference_policy
 from groupwise.scoring import completion_logprobs
-from groupwise.train.config import load_config
+from groupwise.train.config import config_from_dict, load_config
 from groupwise.train.metrics_log import read_jsonl
 from groupwise.train.trainer import Trainer
 
@@ -196,6 +196,7 @@ def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(tmp_path: Path) ->
         interrupted.log.write(record)
         if interrupted.step % 2 == 0:
             interrupted.save()
+    interrupted.close()  # its process would have died: the folder's lock goes with it
     resumed = make_trainer(tmp_path / "resumed", *extra, resume=True)
     assert resumed.step == 2
     resumed.train()
@@ -269,5 +270,12 @@ def test_print_config_shows_resolved_values(capsys) -> None:
         )
         == 0
     )
-    resolved = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    resolved = yaml.safe_load(printed)
     assert resolved["optim"]["lr"] == 3e-5 and resolved["model"]["name"] == "smollm2-135m-instruct"
+    # every option comes with its documentation, and the output loads back as the same config
+    assert "  # beta_DPO, temperature of the pair logit z, > 0" in printed
+    assert printed.count("\n  # ") >= sum(len(section) for section in resolved.values())
+    assert config_from_dict(resolved) == load_config(
+        REPO / "configs" / "quickstart.yaml", ["optim.lr=3e-5"]
+    )

@@ -101,11 +101,6 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(found, key=checkpoint_step)
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest intact checkpoint of a run (`find_resume_point`), None when there is none."""
-    return find_resume_point(run_dir).checkpoint
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:

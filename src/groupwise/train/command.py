@@ -13,15 +13,13 @@ stopped by a signal after writing a checkpoint, so a scheduler sees it did not f
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import shlex
 import signal
 import sys
 
 from groupwise.errors import NonFiniteError
-from groupwise.train.config import Config, ConfigError, load_config
+from groupwise.train.config import Config, ConfigError, documented_yaml, load_config
 from groupwise.train.run_folder import RunFolder, RunFolderError
 
 DEBUG_ENV = "GROUPWISE_DEBUG"
@@ -52,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="delete the run in train.output_dir and start over",
     )
     parser.add_argument(
-        "--print-config", action="store_true", help="print the resolved config and exit"
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as YAML, each option with its documentation, and exit",
     )
     parser.add_argument(
         "--debug",
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, args.overrides)
         if args.print_config:
-            print(json.dumps(dataclasses.asdict(config), indent=2))
+            print(documented_yaml(config), end="")
             return 0
         folder = _open_run_folder(config, args)
     except (ConfigError, RunFolderError) as err:
@@ -105,7 +105,7 @@ def _train(
     from groupwise.train.trainer import Trainer
 
     try:
-        trainer = Trainer(config, resume=args.resume)
+        trainer = Trainer(config, resume=args.resume, folder=folder)
     except SETUP_ERRORS as err:
         if debug:
             raise
@@ -121,8 +121,7 @@ def _train(
             file=sys.stderr,
         )
         return 1
-    # Until the Trainer reports it, a run that returns has finished.
-    stopped_by = getattr(trainer, "stop_signal", None)
+    stopped_by = trainer.stop_signal
     if stopped_by is not None:
         print(
             f"groupwise train: stopped by {signal.Signals(stopped_by).name} at step "

@@ -6,9 +6,11 @@ or ours; see REFERENCE.md). Unknown keys and bad values are errors that name the
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
+import itertools
 import math
 import re
 import types
@@ -47,8 +49,9 @@ class ModelConfig:
     """LoRA alpha; the update is scaled by alpha / r (AMIR-GRPO paper: 16)."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA input, in [0, 1) (ours: 0, so that log-probs are deterministic)."""
-    lora_target_modules: str = "all-linear"
-    """Modules that get adapters: "all-linear" (paper) or comma-separated module names."""
+    lora_target_modules: str | list[str] = "all-linear"
+    """Modules that get adapters: "all-linear" (paper), a list of module names ([q_proj,
+    v_proj]: peft matches them as name suffixes) or one regular expression over full names."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, about 30 % more compute."""
     seed: int = 0
@@ -420,9 +423,16 @@ def _check_device(device: str) -> None:
         raise ConfigError("model.device=mps, but MPS is not available here; use auto or cpu")
 
 
-def _check_target_modules(target: str) -> None:
-    """model.lora_target_modules: "all-linear", or the regular expression peft matches against
-    each module's full name (e.g. ".*(q_proj|v_proj)")."""
+def _check_target_modules(target: str | list[str]) -> None:
+    """model.lora_target_modules: "all-linear", a non-empty list of module names, or the
+    regular expression peft matches against each module's full name (e.g. ".*(q_proj|v_proj)")."""
+    if isinstance(target, list):
+        if not target or not all(name.strip() for name in target):
+            raise ConfigError(
+                f"model.lora_target_modules: {target!r} must name at least one module, with "
+                "no empty name"
+            )
+        return
     try:
         re.compile(target)
     except re.error as error:
@@ -431,8 +441,9 @@ def _check_target_modules(target: str) -> None:
         ) from None
     if not target.strip():
         raise ConfigError(
-            "model.lora_target_modules is empty: give all-linear, or a regular expression "
-            "matching the full names of the modules to adapt (e.g. '.*(q_proj|v_proj)')"
+            "model.lora_target_modules is empty: give all-linear, a list of module names, or a "
+            "regular expression matching the full names of the modules to adapt "
+            "(e.g. '.*(q_proj|v_proj)')"
         )
 
 
@@ -659,3 +670,49 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
 
 def save_config(config: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """{field: the docstring under its declaration} of one of the config dataclasses above."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def documented_yaml(config: Config) -> str:
+    """The config as YAML, every option preceded by its documentation as a comment (what
+    `groupwise train --print-config` prints; loadable again as a config file)."""
+    lines = []
+    for section in dataclasses.fields(config):
+        lines.append(f"{section.name}:")
+        part = getattr(config, section.name)
+        docs = field_docs(type(part))
+        for option in dataclasses.fields(part):
+            for line in _wrap(docs.get(option.name, ""), 94):
+                lines.append(f"  # {line}")
+            value = yaml.safe_dump(
+                {option.name: getattr(part, option.name)}, default_flow_style=True, width=1000
+            ).strip()
+            lines.append(f"  {value[1:-1] if value.startswith('{') else value}")
+    return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    words, lines, line = text.split(), [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line] if line else lines

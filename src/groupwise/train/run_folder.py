@@ -238,12 +238,17 @@ def _read_saved(path: Path) -> dict[str, Any]:
     return saved
 
 
+# Options added since a run may have been saved whose default differs from what that run did:
+# the value an older config.yaml without the key stands for.
+ADDED_OPTIONS_BEFORE: dict[str, Any] = {"algorithm.advantage_std": "population"}
+
+
 def _check_unchanged(saved: dict[str, Any], config: Config, where: Path) -> None:
     """Raise RunFolderError naming every key (old -> new) whose value differs from the saved
     config, except RESUMABLE_CHANGES. A key the saved config lacks (an option added since) counts
-    as its default."""
+    as what the run did without it: ADDED_OPTIONS_BEFORE, else the option's default."""
     now = _flat(config_to_dict(config))
-    defaults = _flat(config_to_dict(Config()))
+    defaults = {**_flat(config_to_dict(Config())), **ADDED_OPTIONS_BEFORE}
     before = _flat(saved)
     changed = [
         f"{key}: {before.get(key, defaults[key])!r} -> {value!r}"

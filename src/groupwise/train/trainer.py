@@ -62,6 +62,7 @@ from groupwise.algorithms import (
     sequence_mean_logp,
 )
 from groupwise.data import load_benchmark, render_prompt
+from groupwise.errors import NonFiniteError, check_finite
 from groupwise.models import (
     DTYPES,
     LoraSettings,
@@ -74,16 +75,17 @@ from groupwise.rewards import RewardSuite, Scores, correct_value
 from groupwise.rollout import Rollouts, SamplingParams, TransformersGenerator
 from groupwise.scoring import completion_logprobs
 from groupwise.train.checkpoint import (
-    latest_checkpoint,
+    find_resume_point,
     load_trainer_state,
     load_weights_into,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
-from groupwise.train.config import AlgorithmConfig, Config, save_config
+from groupwise.train.config import AlgorithmConfig, Config
 from groupwise.train.distributed import Distributed
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
+from groupwise.train.run_folder import RunFolder
 from groupwise.train.sampler import ProblemSampler
 
 
@@ -151,7 +153,9 @@ class MetricSums:
 class Trainer:
     """Owns the model, optimizer, schedule, AdaptiveLambda and the run folder."""
 
-    def __init__(self, config: Config, resume: bool = False):
+    def __init__(self, config: Config, resume: bool = False, folder: RunFolder | None = None):
+        """Builds everything a run needs; rank 0 first opens (locks) the run folder, unless the
+        caller opened it: `groupwise train` does, before any model or data is loaded."""
         self.config = config
         cfg = config
         self.dist = Distributed()
@@ -164,8 +168,20 @@ class Trainer:
                 "mini-batch"
             )
         self.run_dir = Path(cfg.train.output_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self._owns_folder = folder is None and self.dist.is_main
+        if self._owns_folder:
+            self.folder = RunFolder.open(self.run_dir, cfg, "resume" if resume else "fresh")
         torch.manual_seed(cfg.train.seed)
+        # Data before the model: a bad file or loader option fails before minutes of loading.
+        problems = load_benchmark(
+            cfg.data.benchmark, split=cfg.data.split, data_dir=cfg.data.data_dir, **cfg.data.options
+        )
+        if cfg.data.limit is not None:
+            problems = problems[: cfg.data.limit]
+        self.sampler = ProblemSampler(
+            problems, cfg.rollout.questions_per_step, cfg.train.seed, cfg.data.shuffle
+        )
 
         device = self.dist.device(cfg.model.device)
         model, self.tokenizer = load_model(
@@ -209,15 +225,6 @@ class Trainer:
             cfg.reward.weights, workers=cfg.reward.workers, timeout=cfg.reward.timeout
         )
 
-        problems = load_benchmark(
-            cfg.data.benchmark, split=cfg.data.split, data_dir=cfg.data.data_dir, **cfg.data.options
-        )
-        if cfg.data.limit is not None:
-            problems = problems[: cfg.data.limit]
-        self.sampler = ProblemSampler(
-            problems, cfg.rollout.questions_per_step, cfg.train.seed, cfg.data.shuffle
-        )
-
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params,
@@ -244,8 +251,6 @@ class Trainer:
         if cfg.train.log_rollouts:
             path = self.run_dir / "rollouts.jsonl"
             self.rollout_log = JsonlLog(path, resume_step) if main else _SilentLog(path)
-        if main:
-            save_config(cfg, self.run_dir / "config.yaml")
         self._stop_requested = False
         self.stop_signal: int | None = None
 
@@ -326,14 +331,21 @@ class Trainer:
                     self.save()
             if self._stop_requested and self.step < cfg.train.max_steps:
                 self.save()
-                bar.write(f"stopped at step {self.step}; resume with --resume")
+            else:
+                self.stop_signal = None  # a signal during the last step: the run finished
         bar.close()
         self.log.close()
         if self.rollout_log is not None:
             self.rollout_log.close()
         final = self.export() if self.step >= cfg.train.max_steps else self.run_dir
         self.dist.close()
+        self.close()
         return final
+
+    def close(self) -> None:
+        """Release the run folder's lock if this trainer opened it (train() does at its end)."""
+        if self._owns_folder and self.folder is not None:
+            self.folder.close()
 
     def train_step(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """One step: rollout -> score -> advantages -> updates (mini-batches x epochs).
@@ -383,9 +395,12 @@ class Trainer:
         # whichever process draws them.
         first = self.step * cfg.rollout.questions_per_step
         seeds = [cfg.train.seed * 1_000_003 + first + q for q in questions]
-        return self.generator.generate(
-            prompts, cfg.rollout.group_size, sampling, prompt_seeds=seeds
-        )
+        try:
+            return self.generator.generate(
+                prompts, cfg.rollout.group_size, sampling, prompt_seeds=seeds
+            )
+        except NonFiniteError as err:
+            raise err.at_step(self.step + 1, self._divergence_hint()) from None
 
     def _score(self, problems: list[Any], questions: list[int], rollouts: Rollouts) -> StepBatch:
         """Rewards of this process's completions, then the whole batch's, in question order."""
@@ -507,6 +522,7 @@ class Trainer:
                         buffer.add_(grad)
             elif terms.preference is not None:
                 loss = loss + self.lambda_reg.value * terms.preference
+            check_finite(loss.detach(), "loss", step=self.step + 1, hint=self._divergence_hint())
             loss.backward()
             sums.add(
                 policy_loss=share * float(terms.policy.detach()),
@@ -520,6 +536,9 @@ class Trainer:
             self._combine_measured_preference(pref_grads)
         max_norm = self.config.optim.max_grad_norm
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        # The norm is the same on every process (after the all-reduce): all stop together,
+        # before the step, so the weights and the last checkpoint stay as they were.
+        check_finite(grad_norm, "gradient norm", step=self.step + 1, hint=self._divergence_hint())
         learning_rate = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -628,6 +647,12 @@ class Trainer:
         }
         return metrics, samples
 
+    def _divergence_hint(self) -> str:
+        return (
+            f"lower optim.lr (now {self.config.optim.lr:g}) and start a new run (--overwrite or "
+            "another train.output_dir); the checkpoints so far are intact"
+        )
+
     # -----------------------------------------------------------------------------------------
     # Rows, passes and gathering
 
@@ -708,7 +733,10 @@ class Trainer:
         )
 
     def _resume(self) -> bool:
-        checkpoint = latest_checkpoint(self.run_dir)
+        """Load the newest intact checkpoint (rank 0's folder chose it and set damaged newer
+        ones aside; the other ranks look for the same one). False when there is none."""
+        point = self.folder.resume_point if self.folder is not None else None
+        checkpoint = (point or find_resume_point(self.run_dir)).checkpoint
         if checkpoint is None:
             return False
         state = load_trainer_state(checkpoint)
