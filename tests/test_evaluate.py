@@ -10,19 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from groupwise.analysis.samples import group_by_problem, read_samples
 from groupwise.cli import main as cli
 from groupwise.data import Problem
-from groupwise.evaluate import (
-    EvalConfig,
-    ResumeMismatch,
-    add_arguments,
-    chunk_seed,
-    config_from_args,
-    evaluate,
-    resolve_adapter,
-)
+from groupwise.evaluation import EvalConfig, ResumeMismatch, evaluate
+from groupwise.evaluation.command import add_arguments, config_from_args
+from groupwise.evaluation.sampling import chunk_seed
 from groupwise.metrics import pass_at_k
+from groupwise.models import resolve_adapter
+from groupwise.records import group_by_problem, read_samples
 from groupwise.rewards import Verdict
 from groupwise.rollout import Rollouts, SamplingParams
 

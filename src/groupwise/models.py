@@ -20,12 +20,14 @@ LoRA (REFERENCE.md section 2, paper defaults r = alpha = 16 on all linear layers
 fine-tuning is training the plain model; `attach_lora` wraps it in a peft model, and
 `reference_policy` turns the adapter off to evaluate the frozen starting policy without a
 second copy of the weights.
+
+Evaluation and analysis load a trained policy with `load_policy(model, adapter)`: the adapter may
+be given as a training run, a checkpoint or an adapter folder (`resolve_adapter`).
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import importlib.util
 import json
 import os
@@ -55,12 +57,15 @@ __all__ = [
     "LoraSettings",
     "attach_lora",
     "cache_dir",
+    "default_device",
     "frozen_copy",
     "load_adapter",
     "load_model",
+    "load_policy",
     "model_aliases",
     "reference_policy",
     "register_model_alias",
+    "resolve_adapter",
     "save_merged",
 ]
 
@@ -220,10 +225,10 @@ def _load_tiny_random(
 def _load_arith_base(
     *, dtype: torch.dtype | None, seed: int
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    # Imported here: groupwise.sft trains on top of this module, so a module-level import would
-    # be circular, and callers who never ask for the testbed policy should not pay for it.
-    sft = importlib.import_module("groupwise.sft")
-    return sft.load_base_policy()
+    # Imported here: callers who never ask for the testbed policy should not pay for its module.
+    from groupwise.sft import load_base_policy
+
+    return load_base_policy()
 
 
 _ALIASES: dict[str, AliasLoader] = {
@@ -459,3 +464,55 @@ def save_merged(
         tokenizer.save_pretrained(folder)
 
     return _write_folder(target, write, replace=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# A trained policy for evaluation and analysis
+
+
+def default_device() -> str:
+    """"cuda" when a GPU is visible, else "cpu"."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_adapter(path: str | os.PathLike) -> Path:
+    """The LoRA adapter folder meant by `path`: an adapter folder itself, a checkpoint folder
+    (its adapter/), or a run folder (RUN/final/adapter, else the latest
+    RUN/checkpoints/step-N/adapter)."""
+    path = Path(path)
+    if (path / _ADAPTER_CONFIG).is_file():
+        return path
+    if (path / "adapter" / _ADAPTER_CONFIG).is_file():
+        return path / "adapter"
+    if (path / "final" / "adapter" / _ADAPTER_CONFIG).is_file():
+        return path / "final" / "adapter"
+    steps = sorted(
+        (int(p.name.split("-", 1)[1]), p)
+        for p in path.glob("checkpoints/step-*")
+        if p.name.split("-", 1)[1].isdigit() and (p / "adapter").is_dir()
+    )
+    if steps:
+        return steps[-1][1] / "adapter"
+    full = [p for p in (path / "model", path / "final" / "model") if p.is_dir()]
+    hint = f"; {full[0]} holds full weights: pass it as --model instead" if full else ""
+    raise FileNotFoundError(
+        f"no LoRA adapter at {path} (looked for {_ADAPTER_CONFIG} in it, in adapter/, "
+        "final/adapter/ and checkpoints/step-N/adapter/)" + hint
+    )
+
+
+def load_policy(
+    model: str,
+    adapter: str | os.PathLike | None = None,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    seed: int = 0,
+) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) in eval mode: `model` by `load_model`, then the adapter (a run,
+    checkpoint or adapter folder; see `resolve_adapter`) on top."""
+    policy, tokenizer = load_model(model, dtype=dtype, device=device, seed=seed)
+    if adapter is not None:
+        policy = load_adapter(policy, resolve_adapter(adapter))
+    policy.eval()
+    return policy, tokenizer

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from groupwise.analysis.samples import read_jsonl
+from groupwise.records import RESULTS_FILE, read_jsonl
 
 # (metrics.jsonl key, panel title); a panel is drawn when at least one run logged its key
 CURVES: tuple[tuple[str, str], ...] = (
@@ -64,9 +64,9 @@ def find_results(path: Path) -> dict[str, Path]:
     if path.is_file():
         return {path.parent.name: path}
     found = {}
-    if (path / "results.json").is_file():
-        found[path.name] = path / "results.json"
-    for results in sorted(path.glob("eval/*/results.json")):
+    if (path / RESULTS_FILE).is_file():
+        found[path.name] = path / RESULTS_FILE
+    for results in sorted(path.glob(f"eval/*/{RESULTS_FILE}")):
         found[results.parent.name] = results
     return found
 
@@ -285,7 +285,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from groupwise.analysis.samples import parse_run_specs
+    from groupwise.analysis.runs import parse_run_specs
 
     page: Path = args.output
     if page.suffix.lower() not in (".md", ".html", ".htm"):

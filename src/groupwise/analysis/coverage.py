@@ -16,13 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from groupwise.analysis.samples import (
-    EvalRun,
-    ProblemKey,
-    common_problems,
-    load_runs,
-    write_json,
-)
+from groupwise.analysis.runs import EvalRun, common_problems, load_runs
+from groupwise.records import ProblemKey, write_json
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from typing import Any, Protocol
 import numpy as np
 import yaml
 
-from groupwise.analysis.samples import Sample, SavedProblem, load_runs, read_jsonl, write_json
+from groupwise.analysis.runs import load_runs
+from groupwise.records import Sample, SavedProblem, read_jsonl, write_json
 
 DEFAULT_TAXONOMY = Path(__file__).with_name("error_taxonomy.yaml")
 Message = dict[str, str]
@@ -534,7 +535,7 @@ def plot_errors(summary: Mapping[str, Mapping[str, Any]], taxonomy: Sequence[Err
 def make_judge(args: argparse.Namespace) -> Judge:
     """The judge the command line asks for (remote endpoint or local model)."""
     if args.judge_local:
-        from groupwise.evaluate import default_device, load_policy
+        from groupwise.models import default_device, load_policy
 
         model, tokenizer = load_policy(args.judge_local, args.judge_adapter, dtype=args.dtype,
                                        device=args.device or default_device())
