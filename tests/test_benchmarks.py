@@ -12,6 +12,7 @@ import pytest
 
 from groupwise.data import (
     BenchmarkFormatError,
+    BenchmarkSpec,
     Problem,
     benchmark_names,
     benchmark_splits,
@@ -170,7 +171,7 @@ def _write(tmp_path: Path, folder: str, split: str, lines: list[str]) -> Path:
         ("gsm8k", "gsm8k", ['{"question": "q", "answer": "no final line"}'],
          "line 1: field 'answer' has no '#### N' final answer"),
         ("aime25", "aime25", ['{"id": 1, "question": "q", "answer": 1}', "{not json"],
-         "line 2: invalid JSON"),
+         "line 2: not valid JSON"),
         ("aime25", "aime25", ['["a list"]'], "line 1: expected a JSON object"),
         ("amc23", "amc23", ['{"id": 1, "question": "q", "answer": true}'],
          "line 1: answer True is not a number"),
@@ -193,6 +194,32 @@ def test_malformed_records_name_file_and_line(
     path = _write(tmp_path, folder, "test", lines)
     with pytest.raises(BenchmarkFormatError, match="^" + re.escape(f"{path} {message}")):
         load_benchmark(name, "test", data_dir=tmp_path)
+
+
+def test_non_utf8_byte_names_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "aime25", "test", ['{"id": 1, "question": "q", "answer": 1}'])
+    path.write_bytes(path.read_bytes() + b'{"id": 2, "question": "\xff", "answer": 2}\n')
+    with pytest.raises(BenchmarkFormatError, match="^" + re.escape(
+            f"{path} line 2: not valid UTF-8 (byte 0xff at column 24)")):
+        load_benchmark("aime25", data_dir=tmp_path)
+
+
+def test_benchmark_spec_parses_split_and_options(data_dir: Path) -> None:
+    spec = BenchmarkSpec.parse("arith:train@level=easy@size=3@seed=2")
+    assert spec == BenchmarkSpec("arith", "train", (("level", "easy"), ("size", 3), ("seed", 2)))
+    assert [p.id for p in spec.load()] == [p.id for p in load_benchmark(
+        "arith", "train", level="easy", size=3, seed=2)]
+    assert BenchmarkSpec.parse("livemathbench").load(data_dir)[0].id.startswith(
+        "livemathbench/AMC_en/")
+    for text, message in [
+        ("nope", "unknown benchmark 'nope'; valid benchmarks: ['aime24'"),
+        ("gsm8k:dev", "benchmark 'gsm8k' has no split 'dev'; valid splits: ['train', 'test']"),
+        ("arith@levl=easy", "benchmark 'arith' has no option 'levl'; valid options: ['level'"),
+        ("gsm8k@x=1", "benchmark 'gsm8k' takes no options, got 'x'"),
+        ("arith@level", "benchmark 'arith@level': option 'level' is not KEY=VALUE"),
+    ]:
+        with pytest.raises(ValueError, match="^" + re.escape(message)):
+            BenchmarkSpec.parse(text)
 
 
 def test_solution_without_box_is_skipped_with_a_warning(

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
@@ -52,11 +51,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from groupwise.records import read_json
+
 __all__ = [
     "DTYPES",
     "LoraSettings",
     "attach_lora",
     "cache_dir",
+    "check_model_name",
     "default_device",
     "frozen_copy",
     "load_adapter",
@@ -66,6 +68,7 @@ __all__ = [
     "reference_policy",
     "register_model_alias",
     "resolve_adapter",
+    "resolve_device",
     "save_merged",
 ]
 
@@ -279,7 +282,7 @@ def _load_folder(
     if not adapter_config.is_file():
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or "auto")
         return model, AutoTokenizer.from_pretrained(folder)
-    base_name = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    base_name = read_json(adapter_config).get("base_model_name_or_path")
     if not base_name:
         raise ValueError(
             f"{adapter_config}: field 'base_model_name_or_path' is empty, so the base model of "
@@ -289,6 +292,20 @@ def _load_folder(
     if any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         tokenizer = AutoTokenizer.from_pretrained(folder)
     return PeftModel.from_pretrained(base, folder), tokenizer
+
+
+def check_model_name(name: str) -> None:
+    """Raise ValueError unless `name` is an alias, an existing folder or a well-formed hub id
+    (whether the hub holds it shows only when it loads)."""
+    if name in _ALIASES or Path(name).expanduser().is_dir():
+        return
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ValueError(
+            f"unknown model {name!r}: not an alias ({', '.join(model_aliases())}), not an "
+            "existing folder, and not a valid hub id ('org/name')"
+        ) from None
 
 
 def _load_any(
@@ -303,21 +320,14 @@ def _load_any(
     path = Path(name).expanduser()
     if path.is_dir():
         return _load_folder(path, dtype=dtype, seed=seed)
-    aliases = ", ".join(model_aliases())
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        raise ValueError(
-            f"unknown model {name!r}: not an alias ({aliases}), not an existing folder, and not "
-            "a valid hub id ('org/name')"
-        ) from None
+    check_model_name(name)
     try:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype or "auto")
         tokenizer = AutoTokenizer.from_pretrained(name)
     except OSError as error:
         raise ValueError(
-            f"could not load model {name!r} as a hub id ({error}); known aliases: {aliases}; "
-            "a local folder must exist"
+            f"could not load model {name!r} as a hub id ({error}); known aliases: "
+            f"{', '.join(model_aliases())}; a local folder must exist"
         ) from error
     return model, tokenizer
 
@@ -473,6 +483,26 @@ def save_merged(
 def default_device() -> str:
     """"cuda" when a GPU is visible, else "cpu"."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_device(device: str | None) -> str:
+    """`device` checked against what this machine has ("cpu", "cuda", "cuda:N", "mps"); None
+    gives `default_device()`. A ValueError names the valid choices."""
+    if device is None:
+        return default_device()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    valid = f"must be cpu, cuda or cuda:N ({gpus} GPU(s) visible), got {device!r}"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(valid) from None
+    if parsed.type == "cuda" and (parsed.index or 0) >= gpus:
+        raise ValueError(valid)
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(valid + "; mps is not available here")
+    if parsed.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(valid)
+    return device
 
 
 def resolve_adapter(path: str | os.PathLike) -> Path:

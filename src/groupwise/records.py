@@ -87,8 +87,9 @@ class SavedProblem:
         return json.dumps(asdict(self), ensure_ascii=False)
 
 
-class JsonLineError(ValueError):
-    """A line of a JSON-lines file that cannot be read: `path`, 1-based `line`, and `reason`."""
+class JsonFileError(ValueError):
+    """A line of a JSON or JSON-lines file that cannot be read: `path`, 1-based `line`, and
+    `reason`; the message reads "PATH:LINE: REASON"."""
 
     def __init__(self, path: Path, line: int, reason: str) -> None:
         super().__init__(f"{path}:{line}: {reason}")
@@ -99,7 +100,7 @@ def _decode(path: Path, number: int, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise JsonLineError(path, number, f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at "
+        raise JsonFileError(path, number, f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at "
                                           f"column {err.start + 1})") from None
 
 
@@ -107,7 +108,7 @@ def iter_jsonl(path: str | Path, on_torn_tail: Callable[[int], None] | None = No
                ) -> Iterator[tuple[int, Any]]:
     """(line number, parsed object) for every non-blank line of a JSON-lines file, streamed.
 
-    A line that is not UTF-8 or not JSON raises JsonLineError naming the file and line. The one
+    A line that is not UTF-8 or not JSON raises JsonFileError naming the file and line. The one
     exception: a last line without its final newline that does not parse is what a crash during
     an append leaves behind (cut anywhere, even inside a multi-byte character); with
     `on_torn_tail` it is skipped and on_torn_tail(line number) called, else it is an error too.
@@ -122,8 +123,8 @@ def iter_jsonl(path: str | Path, on_torn_tail: Callable[[int], None] | None = No
                 try:
                     obj = json.loads(text)
                 except json.JSONDecodeError as err:
-                    raise JsonLineError(path, number, f"not valid JSON ({err.msg})") from None
-            except JsonLineError:
+                    raise JsonFileError(path, number, f"not valid JSON ({err.msg})") from None
+            except JsonFileError:
                 if on_torn_tail is not None and not raw.endswith(b"\n"):
                     on_torn_tail(number)
                     continue
@@ -137,6 +138,31 @@ def read_jsonl(path: str | Path) -> tuple[list[tuple[int, Any]], bool]:
     torn: list[int] = []
     rows = list(iter_jsonl(path, on_torn_tail=torn.append))
     return rows, bool(torn)
+
+
+def ends_with_newline(path: str | Path) -> bool:
+    """Whether a non-empty file's last byte is a newline (True for an empty file): appending a
+    line to a file that does not would glue it to the last one."""
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return True
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
+def read_json(path: str | Path) -> Any:
+    """A JSON file (config.json, results.json); bad UTF-8 or JSON names the file and line."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise JsonFileError(path, line, f"not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise JsonFileError(path, err.lineno, f"not valid JSON ({err.msg})") from None
 
 
 def _sample_from(obj: Any, where: str) -> Sample:

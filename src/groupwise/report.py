@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from groupwise.records import RESULTS_FILE, read_jsonl
+from groupwise.records import RESULTS_FILE, read_json, read_jsonl
 
 # (metrics.jsonl key, panel title); a panel is drawn when at least one run logged its key
 CURVES: tuple[tuple[str, str], ...] = (
@@ -80,7 +79,7 @@ def load_record(name: str, path: Path) -> RunRecord:
     if metrics is not None and metrics.is_file():
         record.metrics = read_metrics(metrics)
     for label, results in find_results(path).items():
-        data = json.loads(results.read_text())
+        data = read_json(results)
         if not isinstance(data, dict):
             raise ValueError(f"{results}: expected a JSON object of benchmarks")
         record.evals[label] = data

@@ -5,7 +5,6 @@ named after its folder).
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from groupwise.records import (
     Sample,
     SavedProblem,
     group_by_problem,
+    read_json,
     read_problems,
     read_samples,
 )
@@ -74,7 +74,7 @@ def load_run(name: str, path: str | Path, benchmarks: Sequence[str] | None = Non
     problems_path = folder / PROBLEMS_FILE
     problems = read_problems(problems_path) if problems_path.is_file() else {}
     config_path = folder / CONFIG_FILE
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    config = read_json(config_path) if config_path.is_file() else {}
     return EvalRun(name=name, path=folder, samples=samples, problems=problems, config=config)
 
 

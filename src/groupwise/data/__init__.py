@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from groupwise.data.benchmarks import (
     BenchmarkFormatError,
+    BenchmarkSpec,
     Problem,
     benchmark_names,
     benchmark_splits,
@@ -16,6 +17,7 @@ from groupwise.data.prompts import TEMPLATES, build_messages, get_template, rend
 __all__ = [
     "TEMPLATES",
     "BenchmarkFormatError",
+    "BenchmarkSpec",
     "Problem",
     "benchmark_names",
     "benchmark_splits",

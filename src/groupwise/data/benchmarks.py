@@ -28,7 +28,7 @@ and line (two such records: MATH train lines 5530 and 5532).
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
 import os
 import re
@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from groupwise.records import JsonFileError, iter_jsonl
 from groupwise.rewards.extract import last_boxed
 
 __all__ = [
     "BenchmarkFormatError",
+    "BenchmarkSpec",
     "Problem",
     "benchmark_names",
     "benchmark_splits",
@@ -136,6 +138,14 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
     return Path(chosen).expanduser() if chosen is not None else None
 
 
+def _check_split(name: str, split: str) -> None:
+    spec = _benchmark(name)
+    if split not in spec.splits:
+        raise ValueError(
+            f"benchmark {name!r} has no split {split!r}; valid splits: {list(spec.splits)}"
+        )
+
+
 def load_benchmark(
     name: str, split: str | None = None, data_dir: str | Path | None = None, **options: Any
 ) -> list[Problem]:
@@ -148,11 +158,69 @@ def load_benchmark(
     """
     spec = _benchmark(name)
     split = spec.default_split if split is None else split
-    if split not in spec.splits:
-        raise ValueError(
-            f"benchmark {name!r} has no split {split!r}; valid splits: {list(spec.splits)}"
-        )
+    _check_split(name, split)
     return spec.loader(data_dir=resolve_data_dir(data_dir), split=split, **options)
+
+
+def _loader_options(name: str) -> tuple[str, ...] | None:
+    """The keyword options benchmark `name`'s loader takes besides data_dir and split; None
+    when it takes any (**options)."""
+    parameters = inspect.signature(_benchmark(name).loader).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return tuple(p.name for p in parameters if p.name not in ("data_dir", "split"))
+
+
+def _option_value(text: str) -> Any:
+    """A command-line option value: an int, a float, true/false, else the text itself."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """A benchmark as named on a command line: NAME[:SPLIT][@KEY=VALUE]... e.g. `gsm8k`,
+    `livemathbench:hard_en`, `aqua@format=official`, `arith:test@level=hard@size=200`.
+
+    split None means the benchmark's default split; options go to its loader (values parsed as
+    int, float or true/false when they read as one). `parse` checks name, split and option
+    names against the registry, so a bad spec fails before anything is loaded.
+    """
+
+    name: str
+    split: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> BenchmarkSpec:
+        head, *pairs = text.strip().split("@")
+        name, _, split = head.partition(":")
+        options = []
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ValueError(f"benchmark {text!r}: option {pair!r} is not KEY=VALUE")
+            options.append((key, _option_value(value)))
+        spec = cls(name, split or None, tuple(options))
+        _benchmark(name)
+        if spec.split is not None:
+            _check_split(name, spec.split)
+        valid = _loader_options(name)
+        unknown = [k for k, _ in options if valid is not None and k not in valid]
+        if unknown:
+            raise ValueError(
+                f"benchmark {name!r} has no option {unknown[0]!r}; valid options: {list(valid)}"
+                if valid else f"benchmark {name!r} takes no options, got {unknown[0]!r}"
+            )
+        return spec
+
+    def load(self, data_dir: str | Path | None = None) -> list[Problem]:
+        """`load_benchmark` with this spec's name, split and options."""
+        return load_benchmark(self.name, self.split, data_dir, **dict(self.options))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,21 +257,13 @@ def _read_jsonl(path: Path) -> Iterator[_Record]:
             f"{path} not found: the data folder must hold <benchmark>/<split>.jsonl as the "
             f"shared data folder does (set {DATA_ENV} or pass data_dir)"
         )
-    index = 0
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                fields = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise BenchmarkFormatError(
-                    f"{path} line {number}: invalid JSON ({error})"
-                ) from None
+    try:
+        for index, (number, fields) in enumerate(iter_jsonl(path)):
             if not isinstance(fields, dict):
                 raise BenchmarkFormatError(f"{path} line {number}: expected a JSON object")
             yield _Record(fields, str(path), number, index)
-            index += 1
+    except JsonFileError as error:
+        raise BenchmarkFormatError(f"{error.path} line {error.line}: {error.reason}") from None
 
 
 def _read_hub(repo: str, config: str | None, split: str) -> Iterator[_Record]:

@@ -2,17 +2,17 @@
 
 Files (see groupwise.records):
 - config.json: the settings; a rerun into the same folder resumes, and refuses if a setting
-  that changes the samples differs (`EvalConfig.SAMPLE_KEYS`).
+  that changes the samples differs (`EvalConfig.SAMPLE_KEYS`), unless no sample was saved yet.
 - samples.jsonl: one line per completion, appended and flushed after every generate call, so a
   crash loses at most the batch in flight. A problem is done when all n of its samples are
-  there; a rerun samples only the others.
+  there; a rerun samples only the others, each with the seed it had (sampling.problem_seed), so
+  the resumed folder holds the samples an uninterrupted run would have.
 - problems.jsonl: question and gold of every evaluated problem (for the analyses).
 - results.json / results.md / results.png: written by groupwise.evaluation.results.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +27,9 @@ from groupwise.records import (
     ProblemKey,
     Sample,
     SavedProblem,
+    ends_with_newline,
     group_by_problem,
+    read_json,
     read_jsonl,
     read_problems,
     read_samples,
@@ -43,27 +45,34 @@ class ResumeMismatch(ValueError):
     """An output folder holds samples made with settings that differ from the requested ones."""
 
 
+def _holds_samples(output_dir: Path) -> bool:
+    path = output_dir / SAMPLES_FILE
+    return path.is_file() and bool(read_jsonl(path)[0])
+
+
 def check_folder(config: EvalConfig, output_dir: Path) -> None:
-    """Raise ResumeMismatch unless output_dir is new or holds samples made with `config`'s
-    sample-changing settings (naming every one that differs)."""
+    """Raise ResumeMismatch unless output_dir is new, holds no sample yet, or holds samples
+    made with `config`'s sample-changing settings (naming every one that differs)."""
     config_path = output_dir / CONFIG_FILE
-    if config_path.is_file():
-        saved = json.loads(config_path.read_text())
-        mine = config.to_dict()
-        diffs = [f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}" for k in config.SAMPLE_KEYS
-                 if saved.get(k) != mine[k]]
-        if diffs:
-            raise ResumeMismatch(f"{output_dir} holds samples made with other settings ("
-                                 + "; ".join(diffs) + "); use a new --output folder or the same "
-                                 "settings to resume")
-    elif (output_dir / SAMPLES_FILE).is_file():
+    if not _holds_samples(output_dir):
+        return  # nothing sampled yet (e.g. a crash before the first sample): any settings do
+    if not config_path.is_file():
         raise ResumeMismatch(f"{output_dir} has {SAMPLES_FILE} but no {CONFIG_FILE}: cannot "
                              "tell how its samples were made; use a new --output folder")
+    saved = read_json(config_path)
+    mine = config.to_dict()
+    diffs = [f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}" for k in config.SAMPLE_KEYS
+             if saved.get(k) != mine[k]]
+    if diffs:
+        raise ResumeMismatch(f"{output_dir} holds samples made with other settings ("
+                             + "; ".join(diffs) + "); use a new --output folder or the same "
+                             "settings to resume")
 
 
 def _complete_problems(output_dir: Path, n: int) -> tuple[dict[ProblemKey, list[Sample]], bool]:
     """The complete problems of output_dir/samples.jsonl (exactly the sample indices 0..n-1),
-    and whether the file holds anything else (incomplete problems, a torn last line)."""
+    and whether the file holds anything else: incomplete problems, a torn last line, or a last
+    line without its newline (the next append would be glued to it)."""
     path = output_dir / SAMPLES_FILE
     if not path.is_file():
         return {}, False
@@ -72,14 +81,15 @@ def _complete_problems(output_dir: Path, n: int) -> tuple[dict[ProblemKey, list[
         warnings.simplefilter("ignore")  # the torn tail is reported through `torn`
         groups = group_by_problem(read_samples(path))
     done = {k: g for k, g in groups.items() if [s.sample for s in g] == list(range(n))}
-    return done, torn or sum(len(g) for g in done.values()) != len(rows)
+    stray = sum(len(g) for g in done.values()) != len(rows)
+    return done, torn or stray or not ends_with_newline(path)
 
 
 def load_done(output_dir: Path, n: int) -> dict[ProblemKey, list[Sample]]:
     """Samples of the problems already complete in output_dir/samples.jsonl.
 
-    A problem is complete when it has exactly the sample indices 0..n-1. Incomplete problems
-    and a torn last line (crash mid-write) are dropped by rewriting the file atomically.
+    A problem is complete when it has exactly the sample indices 0..n-1. Anything else
+    (incomplete problems, a torn last line) is dropped by rewriting the file atomically.
     """
     done, stray = _complete_problems(output_dir, n)
     if stray:

@@ -9,8 +9,8 @@ the raw model distribution (not the tempered one it was sampled from).
 
 from __future__ import annotations
 
+import hashlib
 import math
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,10 +30,14 @@ if TYPE_CHECKING:
 CheckFn = Callable[[list[str], list[str]], "list[Verdict]"]
 
 
-def chunk_seed(seed: int, benchmark: str, chunk: int) -> int:
-    """Sampling seed of one generate call: fixed by (seed, benchmark, chunk index), so a
-    resumed run samples a chunk exactly as an uninterrupted one would."""
-    return (seed * 1_000_003 + zlib.crc32(f"{benchmark}#{chunk}".encode())) % (2**31)
+def problem_seed(seed: int, benchmark: str, problem_id: str) -> int:
+    """The seed of one problem's random stream, in [0, 2**63): fixed by (seed, benchmark,
+    problem id) alone. The engine draws each prompt's samples from its own stream
+    (Generator.generate's prompt_seeds), so a problem gets the same samples whichever problems
+    share its generate call: a resumed run, or one with another batch_size or limit, samples
+    exactly what an uninterrupted one does."""
+    digest = hashlib.sha256(f"{seed}\0{benchmark}\0{problem_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def sample_records(bench: str, chunk: Sequence[Problem], rollouts: Rollouts,
@@ -85,7 +89,7 @@ class _Progress:
         self.bar.close()
 
 
-def _sample_chunk(config: EvalConfig, bench: str, chunk: Sequence[Problem], seed: int,
+def _sample_chunk(config: EvalConfig, bench: str, chunk: Sequence[Problem],
                   generator: Generator, prompt_fn: Callable[[Problem], str],
                   logp_fn: Callable[[Rollouts], torch.Tensor] | None,
                   check_fn: CheckFn) -> list[Sample]:
@@ -93,8 +97,10 @@ def _sample_chunk(config: EvalConfig, bench: str, chunk: Sequence[Problem], seed
     from groupwise.rollout import SamplingParams
 
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
-                              max_new_tokens=config.max_new_tokens, seed=seed)
-    rollouts = generator.generate([prompt_fn(p) for p in chunk], config.n, sampling)
+                              max_new_tokens=config.max_new_tokens)
+    seeds = [problem_seed(config.seed, bench, p.id) for p in chunk]
+    rollouts = generator.generate([prompt_fn(p) for p in chunk], config.n, sampling,
+                                  prompt_seeds=seeds)
     verdicts = check_fn(list(rollouts.texts), [p.answer for p in chunk for _ in range(config.n)])
     mean_logp = logp_fn(rollouts) if logp_fn is not None else None
     return sample_records(bench, chunk, rollouts, verdicts, mean_logp)
@@ -126,17 +132,16 @@ def evaluate(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
     per_call = config.problems_per_call
     with open(output_dir / SAMPLES_FILE, "a", encoding="utf-8") as sink:
         for bench, items in problems.items():
+            todo = [p for p in items if (bench, p.id) not in done]
+            if todo and (generator is None or prompt_fn is None):
+                raise ValueError(f"{len(todo)} problem(s) of {bench} need sampling but no "
+                                 "generator or prompt_fn was given")
             bar = _Progress(bench, len(items), [done[(bench, p.id)] for p in items
                                                 if (bench, p.id) in done], progress)
-            for index, start in enumerate(range(0, len(items), per_call)):
-                chunk = [p for p in items[start:start + per_call] if (bench, p.id) not in done]
-                if not chunk:
-                    continue
-                if generator is None or prompt_fn is None:
-                    raise ValueError(f"{len(chunk)} problem(s) of {bench} need sampling but no "
-                                     "generator or prompt_fn was given")
-                records = _sample_chunk(config, bench, chunk, chunk_seed(config.seed, bench, index),
-                                        generator, prompt_fn, logp_fn, check_fn)
+            for start in range(0, len(todo), per_call):
+                chunk = todo[start:start + per_call]
+                records = _sample_chunk(config, bench, chunk, generator, prompt_fn, logp_fn,
+                                        check_fn)
                 sink.write("".join(r.to_json() + "\n" for r in records))
                 sink.flush()
                 done.update(group_by_problem(records))
