@@ -7,6 +7,7 @@ import json
 import math
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -511,3 +512,24 @@ def test_analyze_help(analysis: str, capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit) as exit_info:
         cli(argv)
     assert exit_info.value.code == 0 and "usage: groupwise analyze" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("analysis", ["coverage", "perplexity", "margin"])
+def test_analyze_warns_when_a_run_has_fewer_samples_than_the_protocol(
+        tmp_path: Path, analysis: str) -> None:
+    pids = ["p0", "p1"]
+    few = write_run(tmp_path / "few", [sample(p, i, i == 0, mean_logp=-0.5 - i) for p in pids
+                                       for i in range(4)])
+    full = write_run(tmp_path / "full", [sample(p, i, i == 0, mean_logp=-0.5 - i) for p in pids
+                                         for i in range(16)])
+    argv = ["analyze", analysis, f"few={few}", f"full={full}", "--output", str(tmp_path / "out")]
+    if analysis == "margin":  # the paper states no sample count for it: nothing to warn about
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert cli(argv) == 0
+        return
+    with pytest.warns(UserWarning) as caught:
+        assert cli(argv) == 0
+    messages = [str(w.message) for w in caught if "protocol" in str(w.message)]
+    assert messages == [f"analyze {analysis}: run 'few' ({few}) has 4 samples per problem; "
+                        "the paper's protocol uses 16 (groupwise eval --n)"]

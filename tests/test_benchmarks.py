@@ -110,6 +110,40 @@ def test_aqua_maps_options_to_choices(data_dir: Path) -> None:
                                                                    "$78.20"]  # fmt: skip
 
 
+def test_aqua_official_format_hides_options_and_grades_their_text(data_dir: Path) -> None:
+    from groupwise.data import render_prompt
+
+    letters = load_benchmark("aqua", data_dir=data_dir)
+    official = load_benchmark("aqua", data_dir=data_dir, format="official")
+    assert [p.id for p in official] == [p.id for p in letters]
+    assert [p.question for p in official] == [p.question for p in letters]
+    # record 2: correct "A" of ["A)36", "B)15", ...]; record 1: "E" of [..., "E)$78.20"]
+    assert (official[2].answer, official[2].choices) == ("36", None)
+    assert official[1].answer == "$78.20"
+    assert official[2].meta["options"] == letters[2].choices and official[2].meta["letter"] == "A"
+    assert all(p.answer == p.meta["options"]["ABCDE".index(p.meta["letter"])] for p in official)
+    assert "A) 36" in render_prompt(letters[2], "plain", None)
+    assert "36" not in render_prompt(official[2], "plain", None)
+    assert BenchmarkSpec.parse("aqua@format=official").load(data_dir) == official
+    with pytest.raises(ValueError, match=r"aqua: format must be one of \['letters', 'official'\]"):
+        load_benchmark("aqua", data_dir=data_dir, format="text")
+
+
+def test_difficulty_levels_of_math_and_math500(data_dir: Path) -> None:
+    from collections import Counter
+
+    from groupwise.data import difficulty_level
+
+    math500 = Counter(difficulty_level(p) for p in load_benchmark("math500", data_dir=data_dir))
+    assert math500 == {1: 43, 2: 90, 3: 105, 4: 128, 5: 134}  # counts of the data README's file
+    math = Counter(difficulty_level(p) for p in load_benchmark("math", "test", data_dir=data_dir))
+    assert math == {1: 437, 2: 894, 3: 1131, 4: 1214, 5: 1324}
+    train = Counter(difficulty_level(p) for p in load_benchmark("math", "train", data_dir=data_dir))
+    assert train[None] == 2  # "Level ?"
+    assert difficulty_level(load_benchmark("gsm8k", data_dir=data_dir)[0]) is None
+    assert difficulty_level(Problem("a", "q", "1", meta={"level": "mid"})) is None
+
+
 def test_olympiadbench_joins_multiple_answers_and_keeps_unit(data_dir: Path) -> None:
     problems = {p.id: p for p in load_benchmark("olympiadbench", data_dir=data_dir)}
     # final_answer ['$\\angle B E A_{1}=90$,$\\angle A E B_{1}=90$'] (line 32), unit ^{\\circ}

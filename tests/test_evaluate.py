@@ -122,7 +122,8 @@ def test_results_match_samples_and_hand_computed_pass_at_k(tmp_path: Path) -> No
     assert (tmp_path / "results.png").stat().st_size > 0
     problems = [json.loads(x) for x in (tmp_path / "problems.jsonl").read_text().splitlines()]
     assert problems[0] == {"benchmark": "toy", "id": "toy-0", "question": "q0", "answer": "7",
-                           "choices": None}
+                           "choices": None, "level": None}
+    assert "levels" not in toy  # no problem of toy carries a difficulty level
 
 
 def test_resume_skips_done_problems(tmp_path: Path) -> None:
@@ -188,11 +189,54 @@ def test_config_validation_and_presets() -> None:
     assert (paper.n, paper.ks, paper.temperature, paper.top_p, paper.max_new_tokens,
             paper.prompt) == (8, (1, 2, 4), 0.6, 1.0, 1024, "amir")
     assert paper.benchmarks[0] == "gsm8k" and len(paper.benchmarks) == 7
+    assert "aqua@format=official" in paper.benchmarks  # as the paper's numbers were measured
     lens = config_from_args(parser.parse_args(
         ["--model", "m", "--output", "o", "--preset", "lens", "--temperature", "0.8",
          "--benchmarks", "math500,livemathbench:hard_en"]))
     assert (lens.n, lens.ks, lens.temperature, lens.benchmarks) == (
         16, (1, 2, 4, 8, 16), 0.8, ("math500", "livemathbench:hard_en"))
+
+
+def test_results_per_level_and_levels_4_5_hand_computed(tmp_path: Path) -> None:
+    # CORRECT = [0, 1, 2, 4] of N = 4; levels as MATH ("Level 5") and MATH-500 (4) write them
+    levels = ["Level 5", 4, "Level 1", "Level 4"]
+    leveled = [dataclasses.replace(p, meta={"level": lv}) for p, lv in zip(PROBLEMS, levels,
+                                                                          strict=True)]
+    config = EvalConfig(model="fake", benchmarks=("toy",), n=N, ks=(1, 2, 4), batch_size=N)
+    results = evaluate(config, {"toy": leveled}, FakeGenerator(), tmp_path,
+                       prompt_fn=lambda p: p.question, check_fn=fake_check, progress=False)
+    by_level = results["toy"]["levels"]
+    assert list(by_level) == ["1", "4", "5", "4-5"]
+    assert [by_level[lv]["problems"] for lv in by_level] == [1, 2, 1, 3]
+    # level 1: c = 2 -> pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6
+    assert (by_level["1"]["pass@1"], by_level["1"]["pass@2"]) == pytest.approx((0.5, 5 / 6))
+    # level 4: c = 1 and 4 -> pass@1 = (1/4 + 1) / 2; level 5: c = 0
+    assert by_level["4"]["pass@1"] == pytest.approx(0.625) and by_level["5"]["pass@4"] == 0.0
+    # Levels 4-5: c = 0, 1, 4 -> pass@1 = 5/12, pass@2 = (0 + 1/2 + 1) / 3, pass@4 = 2/3
+    assert [by_level["4-5"][f"pass@{k}"] for k in (1, 2, 4)] == pytest.approx([5 / 12, 0.5,
+                                                                              2 / 3])
+    lo, hi = by_level["4-5"]["pass@1_ci"]
+    assert lo <= 5 / 12 <= hi
+    assert json.loads((tmp_path / "results.json").read_text())["toy"]["levels"] == by_level
+    markdown = (tmp_path / "results.md").read_text()
+    assert "toy by MATH difficulty level:" in markdown
+    assert "| Levels 4-5 | 3 | 41.7 [" in markdown and "| Level 1 | 1 | 50.0 [" in markdown
+    assert (tmp_path / "results.png").stat().st_size > 0
+    saved = [json.loads(x) for x in (tmp_path / "problems.jsonl").read_text().splitlines()]
+    assert [p["level"] for p in saved] == [5, 4, 1, 4]
+
+
+def test_lens_preset_is_the_lens_protocol() -> None:
+    """REFERENCE.md 3: n 16, k 1..16, temperature 1.0, top-p 1.0, 4096 new tokens; curves on
+    MATH-500 (and its Levels 4-5, from the per-level results)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    lens = config_from_args(parser.parse_args(["--model", "m", "--output", "o", "--preset",
+                                               "lens"]))
+    assert lens.benchmarks == ("math500",)
+    assert (lens.n, lens.ks) == (16, (1, 2, 4, 8, 16))
+    assert (lens.temperature, lens.top_p, lens.max_new_tokens) == (1.0, 1.0, 4096)
+    assert lens.prompt == "boxed"
 
 
 def test_eval_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -71,13 +71,16 @@ class Sample:
 
 @dataclass(frozen=True)
 class SavedProblem:
-    """A problem as saved in problems.jsonl (the fields of groupwise.data.Problem we need)."""
+    """A problem as saved in problems.jsonl (the fields of groupwise.data.Problem we need);
+    `level` is its MATH difficulty level 1-5 when its record carries one
+    (groupwise.data.difficulty_level), else None (and absent from files written before)."""
 
     benchmark: str
     id: str
     question: str
     answer: str
     choices: list[str] | None = None
+    level: int | None = None
 
     @property
     def key(self) -> ProblemKey:
@@ -228,7 +231,7 @@ def read_problems(path: str | Path) -> dict[ProblemKey, SavedProblem]:
             problem = SavedProblem(**obj)
         except TypeError as err:
             raise ValueError(f"{path}:{number}: {err} (fields: benchmark, id, question, "
-                             "answer, choices)") from err
+                             "answer, choices, level)") from err
         out[problem.key] = problem
     return out
 

@@ -26,10 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from groupwise.analysis.runs import EvalRun, common_problems, load_runs
+from groupwise.analysis.runs import EvalRun, common_problems, load_runs, warn_if_fewer_samples
 from groupwise.records import ProblemKey, Sample, SavedProblem, write_json
 
 STRATA = ("jointly solvable", "jointly unsolved")
+
+# Samples per problem in the paper's protocol: 16 rollouts per problem (paper, Figure 3).
+PROTOCOL_SAMPLES: int | None = 16
+
 
 
 def rescore(model: torch.nn.Module, tokenizer: Any, samples: Sequence[Sample],
@@ -183,6 +187,7 @@ def _scored_values(args: argparse.Namespace, run: EvalRun, samples: list[Sample]
 
 def run(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs, args.benchmark)
+    warn_if_fewer_samples(runs, "perplexity", PROTOCOL_SAMPLES)
     split = strata(runs, args.solvable_fraction)
     if args.max_problems is not None:
         rng = random.Random(args.seed)

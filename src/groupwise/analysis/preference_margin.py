@@ -26,8 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from groupwise.analysis.runs import load_runs
+from groupwise.analysis.runs import load_runs, warn_if_fewer_samples
 from groupwise.records import ProblemKey, Sample, write_json
+
+# Samples per problem in the paper's protocol: not stated by the paper (Figure 4), so no
+# warning.
+PROTOCOL_SAMPLES: int | None = None
+
 
 
 def preference_margins(groups: Mapping[ProblemKey, Sequence[Sample]]
@@ -114,6 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs, args.benchmark)
+    warn_if_fewer_samples(runs, "margin", PROTOCOL_SAMPLES)
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
     per_run: dict[str, dict[ProblemKey, float]] = {}

@@ -83,6 +83,20 @@ def load_runs(specs: Sequence[str], benchmarks: Sequence[str] | None = None) -> 
     return [load_run(name, path, benchmarks) for name, path in parse_run_specs(specs).items()]
 
 
+def warn_if_fewer_samples(runs: Sequence[EvalRun], analysis: str, protocol: int | None) -> None:
+    """Warn, naming the folder, for every run whose problems have fewer samples than the
+    paper's protocol for `analysis` (None: the paper states none). Fewer samples per problem
+    change what the analysis measures: fewer problems look solvable, margins are noisier."""
+    if protocol is None:
+        return
+    for run in runs:
+        fewest = min((len(g) for g in run.by_problem().values()), default=0)
+        if fewest < protocol:
+            warnings.warn(f"analyze {analysis}: run {run.name!r} ({run.path}) has {fewest} "
+                          f"samples per problem; the paper's protocol uses {protocol} "
+                          "(groupwise eval --n)", stacklevel=2)
+
+
 def common_problems(runs: Sequence[EvalRun]) -> list[ProblemKey]:
     """Problems present in every run, in the first run's order; warns when runs differ."""
     keys = [list(run.by_problem()) for run in runs]

@@ -17,6 +17,8 @@ from `data_dir`, else from the folder in env `GROUPWISE_DATA`, else the public h
 |               |                                 | joined with ", "                        |
 | minerva       | test                            | last `\\boxed{}` of the solution        |
 | aqua          | test                            | option letter; `choices` the options    |
+|               |                                 | (format=official: the option text, no   |
+|               |                                 | options shown, as AMIR's official code) |
 | livemathbench | AMC_en (default), CCEE_en,      | `answer`, `$` removed                   |
 |               | CNMO_en, WLPMC_en, hard_en      |                                         |
 
@@ -46,6 +48,7 @@ __all__ = [
     "Problem",
     "benchmark_names",
     "benchmark_splits",
+    "difficulty_level",
     "load_benchmark",
     "register_benchmark",
     "resolve_data_dir",
@@ -136,6 +139,20 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
     """`data_dir`, else env GROUPWISE_DATA, else None (meaning: the public hub copies)."""
     chosen = data_dir if data_dir is not None else os.environ.get(DATA_ENV) or None
     return Path(chosen).expanduser() if chosen is not None else None
+
+
+_LEVEL = re.compile(r"^Level ([1-9])$")
+
+
+def difficulty_level(problem: Problem) -> int | None:
+    """The MATH difficulty level (1-5) of a problem whose record carries one: meta["level"]
+    is "Level 5" in MATH and 5 in MATH-500; None for any other problem ("Level ?" in two MATH
+    train records, the synthetic task's "mid")."""
+    level = problem.meta.get("level")
+    if isinstance(level, int) and not isinstance(level, bool):
+        return level
+    match = _LEVEL.match(level) if isinstance(level, str) else None
+    return int(match.group(1)) if match else None
 
 
 def _check_split(name: str, split: str) -> None:
@@ -552,9 +569,22 @@ def _options(record: _Record, options: Any) -> list[str]:
     return texts
 
 
+AQUA_FORMATS = ("letters", "official")
+
+
 @register_benchmark("aqua")
-def load_aqua(data_dir: Path | None, split: str) -> list[Problem]:
-    """AQUA-RAT test: gold = the letter in `correct`, choices = `options` without "A)"."""
+def load_aqua(data_dir: Path | None, split: str, format: str = "letters") -> list[Problem]:
+    """AQUA-RAT test, in one of two formats (`format`):
+
+    - "letters" (ours, the default): the question with its options (`choices`, the `options`
+      without "A)"), gold = the letter in `correct`; the prompt lists the options and asks
+      for the letter.
+    - "official": as the AMIR-GRPO official loader (`get_aquarat_questions`) has it: the
+      question alone, no options shown, gold = the text of the correct option ("Rs. 750",
+      "5(√3 + 1)"). The options and the letter stay in meta ("options", "letter").
+    """
+    if format not in AQUA_FORMATS:
+        raise ValueError(f"aqua: format must be one of {list(AQUA_FORMATS)}, got {format!r}")
     problems = []
     for record in _records(data_dir, "aqua", split, _Hub("deepmind/aqua_rat", "raw")):
         choices = _options(record, record.get("options"))
@@ -563,13 +593,17 @@ def load_aqua(data_dir: Path | None, split: str) -> list[Problem]:
             raise record.error(
                 f"field 'correct' is {letter!r}; expected one of {list('ABCDE'[: len(choices)])}"
             )
+        rationale = record.get("rationale", optional=True)
+        official = format == "official"
         problems.append(
             Problem(
                 id=f"aqua/{record.index}",
                 question=_text(record, "question"),
-                answer=letter,
-                choices=choices,
-                meta={"rationale": record.get("rationale", optional=True)},
+                answer=choices["ABCDE".index(letter)] if official else letter,
+                choices=None if official else choices,
+                meta={"rationale": rationale, "options": choices, "letter": letter}
+                if official
+                else {"rationale": rationale},
             )
         )
     return problems

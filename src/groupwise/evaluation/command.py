@@ -58,9 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="LoRA adapter: a training run folder (final adapter, else latest checkpoint), a "
            "checkpoint folder or an adapter folder")
     p("--preset", choices=sorted(PRESETS), default="amir",
-      help="protocol defaults: amir (paper: 7 benchmarks, n 8, k 1,2,4, T 0.6, 1024 tokens, "
-           "amir prompt) or lens (math test, n 16, k 1..16, T 1.0, 4096 tokens, boxed prompt); "
-           "explicit flags override")
+      help="protocol defaults: amir (paper: 7 benchmarks, AQUA-RAT as the official code shows "
+           "it, n 8, k 1,2,4, T 0.6, 1024 tokens, amir prompt) or lens (math500 with pass@k per "
+           "level and for Levels 4-5, n 16, k 1..16, T 1.0, top-p 1.0, 4096 tokens, boxed "
+           "prompt); explicit flags override")
     p("--benchmarks", type=_str_list, default=None,
       help="comma-separated NAME[:SPLIT][@KEY=VALUE...] (e.g. gsm8k,livemathbench:hard_en,"
            "aqua@format=official)")

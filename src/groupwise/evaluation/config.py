@@ -1,8 +1,14 @@
 """The settings of one evaluation (`EvalConfig`), their valid ranges, and the protocol presets.
 
-REFERENCE.md "Evaluation of AMIR-GRPO" (`amir`, the default: n = 8, k in {1, 2, 4},
-temperature 0.6, top-p 1.0, 1024 new tokens, the AMIR prompt) and section 3 (`lens`: n = 16,
-k up to 16, temperature 1.0, top-p 1.0, 4096 new tokens, a plain boxed-answer prompt).
+Presets (explicit flags override them):
+- `amir` (the default), REFERENCE.md "Evaluation of AMIR-GRPO": the paper's seven benchmarks,
+  n = 8, k in {1, 2, 4}, temperature 0.6, top-p 1.0, 1024 new tokens, the AMIR prompt.
+  AQUA-RAT in the official code's format (`aqua@format=official`: the question without its
+  options, gold = the option's text), since the paper's numbers were measured that way.
+- `lens`, REFERENCE.md 3: MATH-500 (the paper's curves; the results add pass@k per MATH level
+  and for Levels 4-5, its hard subset), n = 16, k in {1, 2, 4, 8, 16}, temperature 1.0, top-p
+  1.0, 4096 new tokens, a plain boxed-answer prompt (the paper does not print its prompt). The
+  paper's table is on the full MATH test: `--benchmarks math:test`.
 
 Every setting is checked when an EvalConfig is made, so a bad value fails before a model loads
 or a file is written; `InvalidSetting` names the setting and its valid range.
@@ -15,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-PAPER_BENCHMARKS = ("gsm8k", "aime25", "olympiadbench", "amc23", "minerva", "aqua",
-                    "livemathbench:AMC_en")
+PAPER_BENCHMARKS = ("gsm8k", "aime25", "olympiadbench", "amc23", "minerva",
+                    "aqua@format=official", "livemathbench:AMC_en")
 # Preset -> defaults; explicit command-line flags override them.
 PRESETS: dict[str, dict[str, Any]] = {
     "amir": {"benchmarks": PAPER_BENCHMARKS, "n": 8, "ks": (1, 2, 4), "temperature": 0.6,
              "top_p": 1.0, "max_new_tokens": 1024, "prompt": "amir"},
-    "lens": {"benchmarks": ("math:test",), "n": 16, "ks": (1, 2, 4, 8, 16), "temperature": 1.0,
+    "lens": {"benchmarks": ("math500",), "n": 16, "ks": (1, 2, 4, 8, 16), "temperature": 1.0,
              "top_p": 1.0, "max_new_tokens": 4096, "prompt": "boxed"},
 }
 # The dtype names groupwise.models.load_model accepts (its DTYPES).

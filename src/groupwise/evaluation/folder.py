@@ -112,6 +112,8 @@ def count_pending(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
 def prepare_folder(config: EvalConfig, output_dir: Path,
                    problems: Mapping[str, Sequence[Problem]]) -> None:
     """Check the folder, then write config.json and add `problems` to problems.jsonl."""
+    from groupwise.data import difficulty_level
+
     check_folder(config, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     write_json(output_dir / CONFIG_FILE, {**config.to_dict(), "note": MEAN_LOGP_NOTE})
@@ -120,5 +122,6 @@ def prepare_folder(config: EvalConfig, output_dir: Path,
     for bench, items in problems.items():
         for p in items:
             saved[(bench, p.id)] = SavedProblem(bench, p.id, p.question, p.answer,
-                                                list(p.choices) if p.choices else None)
+                                                list(p.choices) if p.choices else None,
+                                                difficulty_level(p))
     write_problems(output_dir / PROBLEMS_FILE, saved.values())

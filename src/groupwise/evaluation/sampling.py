@@ -147,7 +147,11 @@ def evaluate(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
                 done.update(group_by_problem(records))
                 bar.update(len(chunk), records)
             bar.close()
+    from groupwise.data import difficulty_level
+
     results = results_table(config, {b: [done[(b, p.id)] for p in items]
-                                     for b, items in problems.items()})
+                                     for b, items in problems.items()},
+                            {b: [difficulty_level(p) for p in items]
+                             for b, items in problems.items()})
     write_results(results, output_dir)
     return results
