@@ -61,7 +61,9 @@ def test_counts_and_first_golds(name: str, split: str, data_dir: Path) -> None:
 def test_every_registered_name_and_split_is_covered() -> None:
     covered = {(name, split) for name, split in EXPECTED}
     for name in benchmark_names():
-        if name == "arith":  # generated, no files (groupwise.data.synthetic)
+        # arith: generated, no files (groupwise.data.synthetic); dapo_math_17k: not in the
+        # offline data (test_dapo_math_17k_* use a fixture)
+        if name in ("arith", "dapo_math_17k"):
             continue
         assert {(name, s) for s in benchmark_splits(name)} <= covered, name
 
@@ -69,7 +71,7 @@ def test_every_registered_name_and_split_is_covered() -> None:
 def test_registered_names() -> None:
     assert set(benchmark_names()) >= {
         "gsm8k", "math", "math500", "aime24", "aime25", "amc23", "olympiadbench", "minerva",
-        "aqua", "livemathbench", "arith",
+        "aqua", "livemathbench", "arith", "dapo_math_17k",
     }  # fmt: skip
 
 
@@ -254,6 +256,74 @@ def test_benchmark_spec_parses_split_and_options(data_dir: Path) -> None:
     ]:
         with pytest.raises(ValueError, match="^" + re.escape(message)):
             BenchmarkSpec.parse(text)
+
+
+def _dapo_row(question: str, gold: object, index: str | None, wrapped: bool = True) -> str:
+    from groupwise.data.benchmarks import DAPO_PREFIX, DAPO_SUFFIX
+
+    content = DAPO_PREFIX + question + DAPO_SUFFIX if wrapped else question
+    row: dict = {"data_source": "math_dapo", "prompt": [{"role": "user", "content": content}],
+                 "ability": "MATH", "reward_model": {"ground_truth": gold, "style": "rule"}}
+    if index is not None:
+        row["extra_info"] = {"index": index}
+    return json.dumps(row)
+
+
+def test_dapo_math_17k_from_a_local_jsonl(tmp_path: Path) -> None:
+    open_r1 = json.dumps({"prompt": "What is 2+3?", "solution": "5",
+                          "extra_info": {"index": "b2"}})  # open-r1's processed copy
+    path = _write(tmp_path, "dapo_math_17k", "train", [
+        _dapo_row("What is 1+1?", "2", "a1"),
+        _dapo_row("What is 1+1?", "2", "a1"),  # the published file repeats every problem
+        open_r1,
+        _dapo_row("Find $x$ if $2x = 14$.", 7, None, wrapped=False),
+    ])  # fmt: skip
+    problems = load_benchmark("dapo_math_17k", data_dir=tmp_path)  # the one split: train
+    assert [(p.id, p.question, p.answer) for p in problems] == [
+        ("dapo_math_17k/a1", "What is 1+1?", "2"),
+        ("dapo_math_17k/b2", "What is 2+3?", "5"),
+        ("dapo_math_17k/3", "Find $x$ if $2x = 14$.", "7"),  # no index: the row's position
+    ]
+    assert problems[0].meta == {"data_source": "math_dapo"}
+    for lines, message in [
+        ([_dapo_row("What is 1+1?", "2", "a1"), _dapo_row("What is 1+1?", "3", "a1")],
+         "line 2: repeats dapo_math_17k/a1 of line 1 with another question or gold"),
+        ([json.dumps({"prompt": "q", "reward_model": {"style": "rule"}})],
+         "line 1: missing field 'reward_model.ground_truth' (or 'solution')"),
+        ([_dapo_row("", "2", "a1")], "line 1: field 'prompt' holds the instruction but no "
+                                     "question"),
+        ([json.dumps({"prompt": [{"role": "system", "content": "x"}], "solution": "1"})],
+         "line 1: field 'prompt' must be a string or a list of messages with a user message"),
+    ]:
+        path = _write(tmp_path, "dapo_math_17k", "train", lines)
+        with pytest.raises(BenchmarkFormatError, match="^" + re.escape(f"{path} {message}")):
+            load_benchmark("dapo_math_17k", data_dir=tmp_path)
+
+
+def test_dapo_math_17k_absent_offline_says_how_to_get_it(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(FileNotFoundError) as missing:
+        load_benchmark("dapo_math_17k", data_dir=data_dir)
+    message = str(missing.value)
+    assert message.startswith(f"{data_dir / 'dapo_math_17k' / 'train.jsonl'} (or train.parquet) "
+                              "not found: DAPO-Math-17k is not in the offline data")
+    assert "BytedTsinghua-SIA/DAPO-Math-17k" in message
+    assert "pip install 'groupwise[hub]'" in message
+    # a parquet copy without pyarrow installed
+    (tmp_path / "dapo_math_17k").mkdir()
+    (tmp_path / "dapo_math_17k" / "train.parquet").write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ImportError, match=re.escape(
+            f"reading {tmp_path / 'dapo_math_17k' / 'train.parquet'} needs pyarrow: pip install "
+            f"pyarrow, or convert the file to {tmp_path / 'dapo_math_17k' / 'train.jsonl'}")):
+        load_benchmark("dapo_math_17k", data_dir=tmp_path)
+    # no data folder: the hub, which needs `datasets`
+    monkeypatch.delenv("GROUPWISE_DATA", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(ImportError, match=r"BytedTsinghua-SIA/DAPO-Math-17k.*groupwise\[hub\]"):
+        load_benchmark("dapo_math_17k")
 
 
 def test_solution_without_box_is_skipped_with_a_warning(

@@ -21,6 +21,11 @@ from `data_dir`, else from the folder in env `GROUPWISE_DATA`, else the public h
 |               |                                 | options shown, as AMIR's official code) |
 | livemathbench | AMC_en (default), CCEE_en,      | `answer`, `$` removed                   |
 |               | CNMO_en, WLPMC_en, hard_en      |                                         |
+| dapo_math_17k | train                           | `reward_model.ground_truth`; the        |
+|               |                                 | question without DAPO's Answer: wrapper |
+
+DAPO-Math-17k is not in the offline data: it is read from `<root>/dapo_math_17k/train.jsonl` or
+`train.parquet` (pyarrow) when present, else from the hub.
 
 Loaders are pure: slicing (a `limit`) is the caller's business. A malformed record raises
 `BenchmarkFormatError` naming the file and line. A well-formed MATH/Minerva record whose
@@ -295,6 +300,22 @@ def _read_hub(repo: str, config: str | None, split: str) -> Iterator[_Record]:
     source = f"hub:{repo}" + (f"/{config}" if config else "") + f"[{split}]"
     for index, fields in enumerate(rows):
         yield _Record(dict(fields), source, index + 1, index)
+
+
+def _read_parquet(path: Path) -> Iterator[_Record]:
+    """The rows of a parquet file as records ("line" = 1-based row); needs pyarrow."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError(
+            f"reading {path} needs pyarrow: pip install pyarrow, or convert the file to "
+            f"{path.with_suffix('.jsonl')} (one JSON object per line)"
+        ) from None
+    index = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for fields in batch.to_pylist():
+            yield _Record(fields, str(path), index + 1, index)
+            index += 1
 
 
 @dataclass(frozen=True)
@@ -631,4 +652,85 @@ def load_livemathbench(data_dir: Path | None, split: str) -> list[Problem]:
                 meta={"question_type": record.get("question_type", optional=True)},
             )
         )
+    return problems
+
+
+DAPO_HUB = "BytedTsinghua-SIA/DAPO-Math-17k"
+# The instruction DAPO-Math-17k wraps every question in (verl's recipe/dapo format); our own
+# prompt templates add theirs, so the loader keeps the question alone.
+DAPO_PREFIX = (
+    "Solve the following math problem step by step. The last line of your response should be "
+    "of the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
+DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+
+
+def _dapo_records(data_dir: Path | None) -> Iterator[_Record]:
+    if data_dir is None:
+        return _read_hub(DAPO_HUB, None, "train")
+    folder = data_dir / "dapo_math_17k"
+    if (folder / "train.jsonl").is_file():
+        return _read_jsonl(folder / "train.jsonl")
+    if (folder / "train.parquet").is_file():
+        return _read_parquet(folder / "train.parquet")
+    raise FileNotFoundError(
+        f"{folder / 'train.jsonl'} (or train.parquet) not found: DAPO-Math-17k is not in the "
+        f"offline data. Download the hub copy {DAPO_HUB} (its data/dapo-math-17k.parquet) into "
+        f"{folder} as train.parquet (reading it needs pyarrow) or convert it to train.jsonl; "
+        "or load it from the hub: pip install 'groupwise[hub]' and give no data folder "
+        f"(unset {DATA_ENV})"
+    )
+
+
+def _dapo_question(record: _Record) -> str:
+    prompt = record.get("prompt")
+    if isinstance(prompt, list):  # chat messages: the user's
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        prompt = users[0].get("content") if users else None
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise record.error(
+            f"field 'prompt' must be a string or a list of messages with a user message, "
+            f"got {record.fields.get('prompt')!r:.80}"
+        )
+    text = prompt.removeprefix(DAPO_PREFIX).removesuffix(DAPO_SUFFIX).strip()
+    if not text:
+        raise record.error("field 'prompt' holds the instruction but no question")
+    return text
+
+
+@register_benchmark("dapo_math_17k", splits=("train",))
+def load_dapo_math_17k(data_dir: Path | None, split: str) -> list[Problem]:
+    """DAPO-Math-17k (BytedTsinghua-SIA/DAPO-Math-17k, verl's format): question = the user
+    message of `prompt` without DAPO's "Answer:" instruction, gold = `reward_model.ground_truth`
+    (an integer in this set), id = `extra_info.index`.
+
+    The published file repeats each problem about 100 times (1.79M rows); repeats of an index
+    are dropped (one problem per index), and a repeat whose question or gold differs from the
+    first is an error naming both rows.
+    """
+    problems: list[Problem] = []
+    first: dict[str, tuple[int, Problem]] = {}
+    for record in _dapo_records(data_dir):
+        reward = record.get("reward_model", optional=True)
+        gold = reward.get("ground_truth") if isinstance(reward, dict) else None
+        gold = gold if gold is not None else record.get("solution", "answer", optional=True)
+        if gold is None:
+            raise record.error("missing field 'reward_model.ground_truth' (or 'solution')")
+        extra = record.get("extra_info", optional=True)
+        native = extra.get("index") if isinstance(extra, dict) else None
+        problem = Problem(
+            id=f"dapo_math_17k/{record.index if native is None else native}",
+            question=_dapo_question(record),
+            answer=_number_text(record, gold),
+            meta={"data_source": record.get("data_source", optional=True)},
+        )
+        if problem.id in first:
+            line, kept = first[problem.id]
+            if (kept.question, kept.answer) != (problem.question, problem.answer):
+                raise record.error(
+                    f"repeats {problem.id} of line {line} with another question or gold"
+                )
+            continue
+        first[problem.id] = (record.line, problem)
+        problems.append(problem)
     return problems
