@@ -208,6 +208,12 @@ def read_samples(path: str | Path) -> list[Sample]:
     rows, torn = read_jsonl(path)
     if torn:
         warnings.warn(f"{path}: skipped a torn last line (interrupted write)", stacklevel=2)
+    return samples_from_rows(rows, path)
+
+
+def samples_from_rows(rows: Iterable[tuple[int, Any]], path: str | Path) -> list[Sample]:
+    """Samples from (line number, object) rows of samples.jsonl at `path` (for messages),
+    validated field by field; a duplicate (benchmark, problem_id, sample) is an error."""
     samples: list[Sample] = []
     seen: dict[tuple[str, str, int], int] = {}
     for number, obj in rows:

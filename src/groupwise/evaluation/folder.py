@@ -13,7 +13,6 @@ Files (see groupwise.records):
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,10 +28,11 @@ from groupwise.records import (
     SavedProblem,
     ends_with_newline,
     group_by_problem,
+    iter_jsonl,
     read_json,
     read_jsonl,
     read_problems,
-    read_samples,
+    samples_from_rows,
     write_json,
     write_problems,
 )
@@ -46,8 +46,15 @@ class ResumeMismatch(ValueError):
 
 
 def _holds_samples(output_dir: Path) -> bool:
+    """Whether output_dir/samples.jsonl has at least one whole line (read up to the first)."""
     path = output_dir / SAMPLES_FILE
-    return path.is_file() and bool(read_jsonl(path)[0])
+    if not path.is_file():
+        return False
+    rows = iter_jsonl(path, on_torn_tail=lambda line: None)
+    try:
+        return next(rows, None) is not None
+    finally:
+        rows.close()
 
 
 def check_folder(config: EvalConfig, output_dir: Path) -> None:
@@ -77,9 +84,7 @@ def _complete_problems(output_dir: Path, n: int) -> tuple[dict[ProblemKey, list[
     if not path.is_file():
         return {}, False
     rows, torn = read_jsonl(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the torn tail is reported through `torn`
-        groups = group_by_problem(read_samples(path))
+    groups = group_by_problem(samples_from_rows(rows, path))
     done = {k: g for k, g in groups.items() if [s.sample for s in g] == list(range(n))}
     stray = sum(len(g) for g in done.values()) != len(rows)
     return done, torn or stray or not ends_with_newline(path)
