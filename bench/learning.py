@@ -229,11 +229,12 @@ def evaluate_policy(
     output_dir: Path,
 ) -> dict[str, Any]:
     """pass@k of `model` on the first settings.eval_problems `arith` test problems of `level`
-    (groupwise.evaluate.evaluate: resumable samples in output_dir); the results entry of the
+    (groupwise.evaluation.evaluate: resumable samples in output_dir); the results entry of the
     level (pass@k, pass@k_ci, counts)."""
     from groupwise.data import load_benchmark, render_prompt
-    from groupwise.evaluate import EvalConfig, evaluate, rollout_mean_logp
+    from groupwise.evaluation import EvalConfig, evaluate
     from groupwise.rollout import TransformersGenerator
+    from groupwise.scoring import rollout_mean_logp
 
     bench = f"arith:{level}"
     config = EvalConfig(

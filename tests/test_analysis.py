@@ -7,6 +7,7 @@ import json
 import math
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,18 +17,10 @@ import torch
 from groupwise.analysis import errors
 from groupwise.analysis.coverage import coverage_partition, solvable_set
 from groupwise.analysis.figures import gaussian_kde, scott_bandwidth
-from groupwise.analysis.margin import problem_margins, ratio_of_means, summarize
-from groupwise.analysis.samples import (
-    Sample,
-    SavedProblem,
-    common_problems,
-    group_by_problem,
-    load_run,
-    parse_run_specs,
-    read_samples,
-    write_problems,
-)
+from groupwise.analysis.preference_margin import preference_margins, ratio_of_means, summarize
+from groupwise.analysis.runs import common_problems, load_run, parse_run_specs
 from groupwise.cli import main as cli
+from groupwise.records import Sample, SavedProblem, group_by_problem, read_samples, write_problems
 
 
 def sample(pid: str, index: int, correct: bool, mean_logp: float | None = -1.0,
@@ -143,7 +136,7 @@ def test_coverage_two_runs_and_nothing_solvable() -> None:
 # ----------------------------------------------------------------------------- margin
 
 
-def test_problem_margins_hand_computed(tmp_path: Path) -> None:
+def test_preference_margins_hand_computed(tmp_path: Path) -> None:
     samples = [
         # A: correct -0.5, -0.7 (mean -0.6); incorrect -1.0 -> margin 0.4
         sample("A", 0, True, -0.5), sample("A", 1, True, -0.7), sample("A", 2, False, -1.0),
@@ -156,7 +149,7 @@ def test_problem_margins_hand_computed(tmp_path: Path) -> None:
         # D: all wrong -> no margin
         sample("D", 0, False, -2.0),
     ]
-    margins = problem_margins(group_by_problem(samples))
+    margins = preference_margins(group_by_problem(samples))
     assert margins.keys() == {("toy", "A"), ("toy", "C")}
     assert margins[("toy", "A")] == pytest.approx(0.4)
     assert margins[("toy", "C")] == pytest.approx(0.2)
@@ -208,32 +201,12 @@ def tiny() -> tuple:
     return load_model("tiny-random", seed=0)
 
 
-def test_completion_mean_logp_matches_log_softmax_by_hand(tiny: tuple) -> None:
-    from groupwise.analysis.perplexity import completion_mean_logp, perplexity
+def test_perplexity_is_exp_of_minus_mean_logp() -> None:
+    from groupwise.analysis.perplexity import perplexity
 
-    model, _ = tiny
-    pad = 0
-    prompts = [[5, 17, 230], [44]]           # left padded to width 3
-    completions = [[9, 10, 11, 12], [301, 2]]  # right padded to width 4
-    prompt_ids = torch.tensor([[5, 17, 230], [pad, pad, 44]])
-    prompt_mask = torch.tensor([[1, 1, 1], [0, 0, 1]])
-    completion_ids = torch.tensor([[9, 10, 11, 12], [301, 2, pad, pad]])
-    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
-    got = completion_mean_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                               batch_size=1)
-    for row, (p, c) in enumerate(zip(prompts, completions, strict=True)):
-        ids = torch.tensor([p + c])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0]
-        logp = torch.log_softmax(logits.double(), dim=-1)
-        # token c[t] sits at position len(p) + t and is predicted by position len(p) + t - 1
-        by_hand = sum(float(logp[len(p) + t - 1, tok]) for t, tok in enumerate(c)) / len(c)
-        assert float(got[row]) == pytest.approx(by_hand, abs=1e-5)
-        assert perplexity(float(got[row])) == pytest.approx(math.exp(-by_hand), rel=1e-5)
-    empty = completion_mean_logp(model, prompt_ids[:1], prompt_mask[:1],
-                                 torch.zeros(1, 2, dtype=torch.long),
-                                 torch.zeros(1, 2, dtype=torch.long))
-    assert math.isnan(float(empty[0]))
+    # tokens of probability 1/2 and 1/8: mean log-prob (ln 1/2 + ln 1/8) / 2 = -2 ln 2 -> PPL 4
+    assert perplexity((math.log(0.5) + math.log(0.125)) / 2) == pytest.approx(4.0)
+    assert perplexity(0.0) == 1.0
 
 
 def test_perplexity_strata_and_command(tmp_path: Path) -> None:
@@ -270,9 +243,10 @@ def test_perplexity_strata_and_command(tmp_path: Path) -> None:
 
 
 def test_rescore_renders_prompt_and_appends_eos(tiny: tuple) -> None:
-    from groupwise.analysis.perplexity import completion_mean_logp, rescore
+    from groupwise.analysis.perplexity import rescore
     from groupwise.data import Problem
     from groupwise.data.prompts import render_prompt
+    from groupwise.scoring import completion_mean_logp
 
     model, tokenizer = tiny
     problem = SavedProblem("toy", "p", "What is 2 + 3?", "5")
@@ -538,3 +512,24 @@ def test_analyze_help(analysis: str, capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit) as exit_info:
         cli(argv)
     assert exit_info.value.code == 0 and "usage: groupwise analyze" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("analysis", ["coverage", "perplexity", "margin"])
+def test_analyze_warns_when_a_run_has_fewer_samples_than_the_protocol(
+        tmp_path: Path, analysis: str) -> None:
+    pids = ["p0", "p1"]
+    few = write_run(tmp_path / "few", [sample(p, i, i == 0, mean_logp=-0.5 - i) for p in pids
+                                       for i in range(4)])
+    full = write_run(tmp_path / "full", [sample(p, i, i == 0, mean_logp=-0.5 - i) for p in pids
+                                         for i in range(16)])
+    argv = ["analyze", analysis, f"few={few}", f"full={full}", "--output", str(tmp_path / "out")]
+    if analysis == "margin":  # the paper states no sample count for it: nothing to warn about
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert cli(argv) == 0
+        return
+    with pytest.warns(UserWarning) as caught:
+        assert cli(argv) == 0
+    messages = [str(w.message) for w in caught if "protocol" in str(w.message)]
+    assert messages == [f"analyze {analysis}: run 'few' ({few}) has 4 samples per problem; "
+                        "the paper's protocol uses 16 (groupwise eval --n)"]

@@ -12,6 +12,7 @@ import pytest
 
 from groupwise.data import (
     BenchmarkFormatError,
+    BenchmarkSpec,
     Problem,
     benchmark_names,
     benchmark_splits,
@@ -60,7 +61,9 @@ def test_counts_and_first_golds(name: str, split: str, data_dir: Path) -> None:
 def test_every_registered_name_and_split_is_covered() -> None:
     covered = {(name, split) for name, split in EXPECTED}
     for name in benchmark_names():
-        if name == "arith":  # generated, no files (groupwise.data.synthetic)
+        # arith: generated, no files (groupwise.data.synthetic); dapo_math_17k: not in the
+        # offline data (test_dapo_math_17k_* use a fixture)
+        if name in ("arith", "dapo_math_17k"):
             continue
         assert {(name, s) for s in benchmark_splits(name)} <= covered, name
 
@@ -68,7 +71,7 @@ def test_every_registered_name_and_split_is_covered() -> None:
 def test_registered_names() -> None:
     assert set(benchmark_names()) >= {
         "gsm8k", "math", "math500", "aime24", "aime25", "amc23", "olympiadbench", "minerva",
-        "aqua", "livemathbench", "arith",
+        "aqua", "livemathbench", "arith", "dapo_math_17k",
     }  # fmt: skip
 
 
@@ -107,6 +110,40 @@ def test_aqua_maps_options_to_choices(data_dir: Path) -> None:
     assert problem.answer == "A"
     assert load_benchmark("aqua", data_dir=data_dir)[1].choices == ["$61", "$65", "$67.40", "$70",
                                                                    "$78.20"]  # fmt: skip
+
+
+def test_aqua_official_format_hides_options_and_grades_their_text(data_dir: Path) -> None:
+    from groupwise.data import render_prompt
+
+    letters = load_benchmark("aqua", data_dir=data_dir)
+    official = load_benchmark("aqua", data_dir=data_dir, format="official")
+    assert [p.id for p in official] == [p.id for p in letters]
+    assert [p.question for p in official] == [p.question for p in letters]
+    # record 2: correct "A" of ["A)36", "B)15", ...]; record 1: "E" of [..., "E)$78.20"]
+    assert (official[2].answer, official[2].choices) == ("36", None)
+    assert official[1].answer == "$78.20"
+    assert official[2].meta["options"] == letters[2].choices and official[2].meta["letter"] == "A"
+    assert all(p.answer == p.meta["options"]["ABCDE".index(p.meta["letter"])] for p in official)
+    assert "A) 36" in render_prompt(letters[2], "plain", None)
+    assert "36" not in render_prompt(official[2], "plain", None)
+    assert BenchmarkSpec.parse("aqua@format=official").load(data_dir) == official
+    with pytest.raises(ValueError, match=r"aqua: format must be one of \['letters', 'official'\]"):
+        load_benchmark("aqua", data_dir=data_dir, format="text")
+
+
+def test_difficulty_levels_of_math_and_math500(data_dir: Path) -> None:
+    from collections import Counter
+
+    from groupwise.data import difficulty_level
+
+    math500 = Counter(difficulty_level(p) for p in load_benchmark("math500", data_dir=data_dir))
+    assert math500 == {1: 43, 2: 90, 3: 105, 4: 128, 5: 134}  # counts of the data README's file
+    math = Counter(difficulty_level(p) for p in load_benchmark("math", "test", data_dir=data_dir))
+    assert math == {1: 437, 2: 894, 3: 1131, 4: 1214, 5: 1324}
+    train = Counter(difficulty_level(p) for p in load_benchmark("math", "train", data_dir=data_dir))
+    assert train[None] == 2  # "Level ?"
+    assert difficulty_level(load_benchmark("gsm8k", data_dir=data_dir)[0]) is None
+    assert difficulty_level(Problem("a", "q", "1", meta={"level": "mid"})) is None
 
 
 def test_olympiadbench_joins_multiple_answers_and_keeps_unit(data_dir: Path) -> None:
@@ -170,7 +207,7 @@ def _write(tmp_path: Path, folder: str, split: str, lines: list[str]) -> Path:
         ("gsm8k", "gsm8k", ['{"question": "q", "answer": "no final line"}'],
          "line 1: field 'answer' has no '#### N' final answer"),
         ("aime25", "aime25", ['{"id": 1, "question": "q", "answer": 1}', "{not json"],
-         "line 2: invalid JSON"),
+         "line 2: not valid JSON"),
         ("aime25", "aime25", ['["a list"]'], "line 1: expected a JSON object"),
         ("amc23", "amc23", ['{"id": 1, "question": "q", "answer": true}'],
          "line 1: answer True is not a number"),
@@ -193,6 +230,100 @@ def test_malformed_records_name_file_and_line(
     path = _write(tmp_path, folder, "test", lines)
     with pytest.raises(BenchmarkFormatError, match="^" + re.escape(f"{path} {message}")):
         load_benchmark(name, "test", data_dir=tmp_path)
+
+
+def test_non_utf8_byte_names_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "aime25", "test", ['{"id": 1, "question": "q", "answer": 1}'])
+    path.write_bytes(path.read_bytes() + b'{"id": 2, "question": "\xff", "answer": 2}\n')
+    with pytest.raises(BenchmarkFormatError, match="^" + re.escape(
+            f"{path} line 2: not valid UTF-8 (byte 0xff at column 24)")):
+        load_benchmark("aime25", data_dir=tmp_path)
+
+
+def test_benchmark_spec_parses_split_and_options(data_dir: Path) -> None:
+    spec = BenchmarkSpec.parse("arith:train@level=easy@size=3@seed=2")
+    assert spec == BenchmarkSpec("arith", "train", (("level", "easy"), ("size", 3), ("seed", 2)))
+    assert [p.id for p in spec.load()] == [p.id for p in load_benchmark(
+        "arith", "train", level="easy", size=3, seed=2)]
+    assert BenchmarkSpec.parse("livemathbench").load(data_dir)[0].id.startswith(
+        "livemathbench/AMC_en/")
+    for text, message in [
+        ("nope", "unknown benchmark 'nope'; valid benchmarks: ['aime24'"),
+        ("gsm8k:dev", "benchmark 'gsm8k' has no split 'dev'; valid splits: ['train', 'test']"),
+        ("arith@levl=easy", "benchmark 'arith' has no option 'levl'; valid options: ['level'"),
+        ("gsm8k@x=1", "benchmark 'gsm8k' takes no options, got 'x'"),
+        ("arith@level", "benchmark 'arith@level': option 'level' is not KEY=VALUE"),
+    ]:
+        with pytest.raises(ValueError, match="^" + re.escape(message)):
+            BenchmarkSpec.parse(text)
+
+
+def _dapo_row(question: str, gold: object, index: str | None, wrapped: bool = True) -> str:
+    from groupwise.data.benchmarks import DAPO_PREFIX, DAPO_SUFFIX
+
+    content = DAPO_PREFIX + question + DAPO_SUFFIX if wrapped else question
+    row: dict = {"data_source": "math_dapo", "prompt": [{"role": "user", "content": content}],
+                 "ability": "MATH", "reward_model": {"ground_truth": gold, "style": "rule"}}
+    if index is not None:
+        row["extra_info"] = {"index": index}
+    return json.dumps(row)
+
+
+def test_dapo_math_17k_from_a_local_jsonl(tmp_path: Path) -> None:
+    open_r1 = json.dumps({"prompt": "What is 2+3?", "solution": "5",
+                          "extra_info": {"index": "b2"}})  # open-r1's processed copy
+    path = _write(tmp_path, "dapo_math_17k", "train", [
+        _dapo_row("What is 1+1?", "2", "a1"),
+        _dapo_row("What is 1+1?", "2", "a1"),  # the published file repeats every problem
+        open_r1,
+        _dapo_row("Find $x$ if $2x = 14$.", 7, None, wrapped=False),
+    ])  # fmt: skip
+    problems = load_benchmark("dapo_math_17k", data_dir=tmp_path)  # the one split: train
+    assert [(p.id, p.question, p.answer) for p in problems] == [
+        ("dapo_math_17k/a1", "What is 1+1?", "2"),
+        ("dapo_math_17k/b2", "What is 2+3?", "5"),
+        ("dapo_math_17k/3", "Find $x$ if $2x = 14$.", "7"),  # no index: the row's position
+    ]
+    assert problems[0].meta == {"data_source": "math_dapo"}
+    for lines, message in [
+        ([_dapo_row("What is 1+1?", "2", "a1"), _dapo_row("What is 1+1?", "3", "a1")],
+         "line 2: repeats dapo_math_17k/a1 of line 1 with another question or gold"),
+        ([json.dumps({"prompt": "q", "reward_model": {"style": "rule"}})],
+         "line 1: missing field 'reward_model.ground_truth' (or 'solution')"),
+        ([_dapo_row("", "2", "a1")], "line 1: field 'prompt' holds the instruction but no "
+                                     "question"),
+        ([json.dumps({"prompt": [{"role": "system", "content": "x"}], "solution": "1"})],
+         "line 1: field 'prompt' must be a string or a list of messages with a user message"),
+    ]:
+        path = _write(tmp_path, "dapo_math_17k", "train", lines)
+        with pytest.raises(BenchmarkFormatError, match="^" + re.escape(f"{path} {message}")):
+            load_benchmark("dapo_math_17k", data_dir=tmp_path)
+
+
+def test_dapo_math_17k_absent_offline_says_how_to_get_it(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(FileNotFoundError) as missing:
+        load_benchmark("dapo_math_17k", data_dir=data_dir)
+    message = str(missing.value)
+    assert message.startswith(f"{data_dir / 'dapo_math_17k' / 'train.jsonl'} (or train.parquet) "
+                              "not found: DAPO-Math-17k is not in the offline data")
+    assert "BytedTsinghua-SIA/DAPO-Math-17k" in message
+    assert "pip install 'groupwise[hub]'" in message
+    # a parquet copy without pyarrow installed
+    (tmp_path / "dapo_math_17k").mkdir()
+    (tmp_path / "dapo_math_17k" / "train.parquet").write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ImportError, match=re.escape(
+            f"reading {tmp_path / 'dapo_math_17k' / 'train.parquet'} needs pyarrow: pip install "
+            f"pyarrow, or convert the file to {tmp_path / 'dapo_math_17k' / 'train.jsonl'}")):
+        load_benchmark("dapo_math_17k", data_dir=tmp_path)
+    # no data folder: the hub, which needs `datasets`
+    monkeypatch.delenv("GROUPWISE_DATA", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(ImportError, match=r"BytedTsinghua-SIA/DAPO-Math-17k.*groupwise\[hub\]"):
+        load_benchmark("dapo_math_17k")
 
 
 def test_solution_without_box_is_skipped_with_a_warning(

@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import re
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 
-from groupwise.analysis.samples import group_by_problem, read_samples
 from groupwise.cli import main as cli
 from groupwise.data import Problem
-from groupwise.evaluate import (
-    EvalConfig,
-    ResumeMismatch,
-    add_arguments,
-    chunk_seed,
-    config_from_args,
-    evaluate,
-    resolve_adapter,
-)
+from groupwise.evaluation import EvalConfig, ResumeMismatch, evaluate
+from groupwise.evaluation.command import add_arguments, config_from_args
+from groupwise.evaluation.sampling import problem_seed
 from groupwise.metrics import pass_at_k
+from groupwise.models import resolve_adapter
+from groupwise.records import Sample, group_by_problem, read_samples
 from groupwise.rewards import Verdict
 from groupwise.rollout import Rollouts, SamplingParams
 
@@ -42,13 +40,15 @@ class FakeGenerator:
     """Deterministic completions from the prompt; records every call; can fail on call k."""
 
     def __init__(self, fail_on_call: int | None = None) -> None:
-        self.calls: list[tuple[list[str], int, SamplingParams]] = []
+        self.calls: list[tuple[list[str], int, SamplingParams, list[int] | None]] = []
         self.fail_on_call = fail_on_call
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts:
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
+                 prompt_seeds: Sequence[int] | None = None) -> Rollouts:
         if self.fail_on_call is not None and len(self.calls) + 1 == self.fail_on_call:
             raise RuntimeError("simulated crash")
-        self.calls.append((list(prompts), n, sampling))
+        self.calls.append((list(prompts), n, sampling,
+                           None if prompt_seeds is None else list(prompt_seeds)))
         texts = [t for p in prompts for t in completions_for(p, n)]
         rows, width = len(texts), 3
         mask = torch.ones(rows, width, dtype=torch.long)
@@ -122,7 +122,8 @@ def test_results_match_samples_and_hand_computed_pass_at_k(tmp_path: Path) -> No
     assert (tmp_path / "results.png").stat().st_size > 0
     problems = [json.loads(x) for x in (tmp_path / "problems.jsonl").read_text().splitlines()]
     assert problems[0] == {"benchmark": "toy", "id": "toy-0", "question": "q0", "answer": "7",
-                           "choices": None}
+                           "choices": None, "level": None}
+    assert "levels" not in toy  # no problem of toy carries a difficulty level
 
 
 def test_resume_skips_done_problems(tmp_path: Path) -> None:
@@ -138,8 +139,12 @@ def test_resume_skips_done_problems(tmp_path: Path) -> None:
     resumed = FakeGenerator()
     results = run_eval(tmp_path, resumed)
     assert [c[0] for c in resumed.calls] == [["q2"], ["q3"]]  # only the undone problems
-    # the resumed chunk is sampled with the seed an uninterrupted run would have used
-    assert resumed.calls[0][2].seed == chunk_seed(0, "toy", 2)
+    # each problem is sampled from its own stream, seeded by (seed, benchmark, problem id)
+    assert resumed.calls[0][3] == [problem_seed(0, "toy", "toy-2")]
+    assert problem_seed(0, "toy", "toy-2") not in (problem_seed(1, "toy", "toy-2"),
+                                                   problem_seed(0, "toy", "toy-3"),
+                                                   problem_seed(0, "toy2", "toy-2"))
+    assert 0 <= problem_seed(0, "toy", "toy-2") < 2**63
     samples = read_samples(tmp_path / "samples.jsonl")
     assert len(samples) == 4 * N
     assert [sum(s.correct for s in g) for g in group_by_problem(samples).values()] == CORRECT
@@ -164,13 +169,19 @@ def test_resume_refuses_other_sampling_settings(tmp_path: Path) -> None:
         run_eval(tmp_path, FakeGenerator(), n=8, prompt="boxed")
     orphan = tmp_path / "orphan"
     orphan.mkdir()
-    (orphan / "samples.jsonl").write_text("")
+    (orphan / "samples.jsonl").write_text((tmp_path / "samples.jsonl").read_text())
     with pytest.raises(ResumeMismatch, match="no config.json"):
         run_eval(orphan, FakeGenerator())
+    # a folder sampled before samples were seeded per problem is not resumed into a mix
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["seeding"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ResumeMismatch, match=r"seeding: saved None, now 'per-problem'"):
+        run_eval(tmp_path, FakeGenerator(), limit=1)
 
 
 def test_config_validation_and_presets() -> None:
-    with pytest.raises(ValueError, match=r"every k must lie in 1..n=2"):
+    with pytest.raises(ValueError, match=re.escape("ks: must be integers in 1..n=2, got [1, 4]")):
         EvalConfig(model="m", n=2, ks=(1, 4))
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -178,11 +189,54 @@ def test_config_validation_and_presets() -> None:
     assert (paper.n, paper.ks, paper.temperature, paper.top_p, paper.max_new_tokens,
             paper.prompt) == (8, (1, 2, 4), 0.6, 1.0, 1024, "amir")
     assert paper.benchmarks[0] == "gsm8k" and len(paper.benchmarks) == 7
+    assert "aqua@format=official" in paper.benchmarks  # as the paper's numbers were measured
     lens = config_from_args(parser.parse_args(
         ["--model", "m", "--output", "o", "--preset", "lens", "--temperature", "0.8",
          "--benchmarks", "math500,livemathbench:hard_en"]))
     assert (lens.n, lens.ks, lens.temperature, lens.benchmarks) == (
         16, (1, 2, 4, 8, 16), 0.8, ("math500", "livemathbench:hard_en"))
+
+
+def test_results_per_level_and_levels_4_5_hand_computed(tmp_path: Path) -> None:
+    # CORRECT = [0, 1, 2, 4] of N = 4; levels as MATH ("Level 5") and MATH-500 (4) write them
+    levels = ["Level 5", 4, "Level 1", "Level 4"]
+    leveled = [dataclasses.replace(p, meta={"level": lv}) for p, lv in zip(PROBLEMS, levels,
+                                                                          strict=True)]
+    config = EvalConfig(model="fake", benchmarks=("toy",), n=N, ks=(1, 2, 4), batch_size=N)
+    results = evaluate(config, {"toy": leveled}, FakeGenerator(), tmp_path,
+                       prompt_fn=lambda p: p.question, check_fn=fake_check, progress=False)
+    by_level = results["toy"]["levels"]
+    assert list(by_level) == ["1", "4", "5", "4-5"]
+    assert [by_level[lv]["problems"] for lv in by_level] == [1, 2, 1, 3]
+    # level 1: c = 2 -> pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6
+    assert (by_level["1"]["pass@1"], by_level["1"]["pass@2"]) == pytest.approx((0.5, 5 / 6))
+    # level 4: c = 1 and 4 -> pass@1 = (1/4 + 1) / 2; level 5: c = 0
+    assert by_level["4"]["pass@1"] == pytest.approx(0.625) and by_level["5"]["pass@4"] == 0.0
+    # Levels 4-5: c = 0, 1, 4 -> pass@1 = 5/12, pass@2 = (0 + 1/2 + 1) / 3, pass@4 = 2/3
+    assert [by_level["4-5"][f"pass@{k}"] for k in (1, 2, 4)] == pytest.approx([5 / 12, 0.5,
+                                                                              2 / 3])
+    lo, hi = by_level["4-5"]["pass@1_ci"]
+    assert lo <= 5 / 12 <= hi
+    assert json.loads((tmp_path / "results.json").read_text())["toy"]["levels"] == by_level
+    markdown = (tmp_path / "results.md").read_text()
+    assert "toy by MATH difficulty level:" in markdown
+    assert "| Levels 4-5 | 3 | 41.7 [" in markdown and "| Level 1 | 1 | 50.0 [" in markdown
+    assert (tmp_path / "results.png").stat().st_size > 0
+    saved = [json.loads(x) for x in (tmp_path / "problems.jsonl").read_text().splitlines()]
+    assert [p["level"] for p in saved] == [5, 4, 1, 4]
+
+
+def test_lens_preset_is_the_lens_protocol() -> None:
+    """REFERENCE.md 3: n 16, k 1..16, temperature 1.0, top-p 1.0, 4096 new tokens; curves on
+    MATH-500 (and its Levels 4-5, from the per-level results)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    lens = config_from_args(parser.parse_args(["--model", "m", "--output", "o", "--preset",
+                                               "lens"]))
+    assert lens.benchmarks == ("math500",)
+    assert (lens.n, lens.ks) == (16, (1, 2, 4, 8, 16))
+    assert (lens.temperature, lens.top_p, lens.max_new_tokens) == (1.0, 1.0, 4096)
+    assert lens.prompt == "boxed"
 
 
 def test_eval_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -238,3 +292,172 @@ def test_eval_end_to_end_tiny_random_with_adapter(tmp_path: Path, data_dir: Path
     assert (out / "samples.jsonl").read_text() == before
     with pytest.raises(SystemExit, match="top_p: saved 1.0, now 0.9"):
         cli([*argv, "--top-p", "0.9"])
+
+
+# ----------------------------------------------------------------------------- issue 14, item 7
+
+
+def _refused(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """The one-line message of a refused `groupwise eval` run (failing if a model loads)."""
+    import groupwise.models
+
+    def no_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded before the settings were checked")
+
+    monkeypatch.setattr(groupwise.models, "load_model", no_model)
+    with pytest.raises(SystemExit) as exit_info:
+        cli(argv)
+    message = str(exit_info.value.code)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["--max-new-tokens", "0"], "--max-new-tokens: must be an integer >= 1, got 0"),
+    (["--temperature", "-1"], "--temperature: must be a finite number >= 0 (0 = greedy), got -1.0"),
+    (["--top-p", "0"], "--top-p: must be in (0, 1], got 0.0"),
+    (["--top-p", "1.5"], "--top-p: must be in (0, 1], got 1.5"),
+    (["--n", "0"], "--n: must be an integer >= 1, got 0"),
+    (["--n", "2", "--k", "1,4"], "--k: must be integers in 1..n=2, got [1, 4]"),
+    (["--limit", "0"], "--limit: must be an integer >= 1, got 0"),
+    (["--batch-size", "0"], "--batch-size: must be an integer >= 1, got 0"),
+    (["--seed", "-3"], "--seed: must be an integer >= 0, got -3"),
+    (["--logp-batch-size", "0"], "--logp-batch-size: must be an integer >= 1, got 0"),
+    (["--workers", "0"], "--workers: must be an integer >= 1, got 0"),
+    (["--device", "tpu"], "--device: must be cpu, cuda or cuda:N"),
+    (["--benchmarks", "gsm8k,nope"], "--benchmarks: unknown benchmark 'nope'; valid benchmarks:"),
+    (["--benchmarks", "gsm8k:validation"],
+     "--benchmarks: benchmark 'gsm8k' has no split 'validation'; valid splits: ['train', 'test']"),
+    (["--adapter", "no/such/run"], "--adapter: no LoRA adapter at no/such/run"),
+    (["--data-dir", "no/such/folder"], "--data-dir: no folder no/such/folder"),
+])  # fmt: skip
+def test_bad_flags_refused_before_anything_is_written(
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str],
+        expected: str) -> None:
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", "tiny-random", "--benchmarks", "gsm8k", "--limit", "1",
+            "--data-dir", str(data_dir), "--output", str(out), "--quiet", *flags]
+    message = _refused(argv, monkeypatch)
+    assert message.startswith("eval: " + expected)
+    assert not out.exists()
+
+
+def test_unknown_model_refused_before_loading(tmp_path: Path, data_dir: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "eval"
+    message = _refused(["eval", "--model", "no such model", "--benchmarks", "gsm8k",
+                        "--data-dir", str(data_dir), "--output", str(out)], monkeypatch)
+    assert message.startswith("eval: --model: unknown model 'no such model': not an alias")
+    assert not out.exists()
+
+
+def test_folder_without_samples_takes_other_settings(tmp_path: Path) -> None:
+    """A run that crashed before its first sample left config.json only: the corrected rerun
+    may change any setting."""
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_eval(tmp_path, FakeGenerator(fail_on_call=1), max_new_tokens=4)
+    assert (tmp_path / "config.json").is_file()
+    results = run_eval(tmp_path, FakeGenerator(), max_new_tokens=8)
+    assert results["toy"]["problems"] == 4
+    assert json.loads((tmp_path / "config.json").read_text())["max_new_tokens"] == 8
+
+
+# ----------------------------------------------------------------------------- issue 14, item 8
+
+
+@pytest.fixture(scope="module")
+def tiny_policy() -> tuple:
+    from groupwise.models import load_model
+
+    return load_model("tiny-random", seed=0)
+
+
+def _tiny_eval(folder: Path, tiny_policy: tuple, problems: list[Problem],
+               batch_size: int) -> dict:
+    """A real evaluation (tiny-random, the transformers engine, mean_logp), fake answer check."""
+    from groupwise.rollout import TransformersGenerator
+    from groupwise.scoring import rollout_mean_logp
+
+    model, tokenizer = tiny_policy
+    config = EvalConfig(model="tiny-random", benchmarks=("gsm8k",), n=2, ks=(1, 2),
+                        temperature=1.0, max_new_tokens=6, prompt="plain",
+                        batch_size=batch_size)
+    return evaluate(config, {"gsm8k": problems},
+                    TransformersGenerator(model, tokenizer, batch_size=batch_size), folder,
+                    prompt_fn=lambda p: p.question, logp_fn=partial(rollout_mean_logp, model),
+                    check_fn=fake_check, progress=False)
+
+
+def _by_sample(folder: Path) -> dict[tuple[str, str, int], Sample]:
+    return {(s.benchmark, s.problem_id, s.sample): s
+            for s in read_samples(folder / "samples.jsonl")}
+
+
+def test_resume_is_sample_exact_wherever_samples_jsonl_was_cut(
+        tmp_path: Path, data_dir: Path, tiny_policy: tuple) -> None:
+    from groupwise.data import load_benchmark
+
+    # golds with a multi-byte character, so that a line can be cut inside one
+    problems = [dataclasses.replace(p, answer=f"√{p.answer}")
+                for p in load_benchmark("gsm8k", "test", data_dir=data_dir)[:5]]
+    full = tmp_path / "full"
+    expected = _tiny_eval(full, tiny_policy, problems, batch_size=6)  # 3 problems per call
+    data = (full / "samples.jsonl").read_bytes()
+    ends = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]  # after line k: ends[k-1]
+    assert len(ends) == 10
+    wide = next(i for i in range(ends[6], ends[7]) if 0x80 <= data[i] < 0xC0)
+    cuts = {
+        "one sample of the first call": ends[0],
+        "two of the first call's three problems": ends[3],
+        "mid-line": ends[3] + 25,
+        "a whole line but its newline": ends[5] - 1,
+        "inside a multi-byte character": wide,
+        "mid-line in the second call": ends[8] + 3,
+    }
+    for (name, cut), batch_size in zip(cuts.items(), [6, 6, 6, 6, 6, 2], strict=True):
+        folder = tmp_path / name.replace(" ", "-")
+        folder.mkdir()
+        for file in ("config.json", "problems.jsonl"):
+            (folder / file).write_bytes((full / file).read_bytes())
+        (folder / "samples.jsonl").write_bytes(data[:cut])
+        # the last cut resumes with another batch size: not a sample-changing setting
+        results = _tiny_eval(folder, tiny_policy, problems, batch_size=batch_size)
+        got, want = _by_sample(folder), _by_sample(full)
+        assert got.keys() == want.keys(), name
+        for key, sample in want.items():
+            assert dataclasses.replace(got[key], mean_logp=None) == dataclasses.replace(
+                sample, mean_logp=None), (name, key)
+            assert got[key].mean_logp == pytest.approx(sample.mean_logp, abs=1e-5), (name, key)
+        assert results["gsm8k"]["pass@2"] == expected["gsm8k"]["pass@2"], name
+
+
+# ----------------------------------------------------------------------------- non-UTF-8 input
+
+
+def test_non_utf8_byte_in_an_eval_file_names_file_and_line(
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = b'{"question": "caf\xe9?", "answer": "#### 1"}\n'  # latin-1, not UTF-8
+    gsm8k = tmp_path / "data" / "gsm8k"
+    gsm8k.mkdir(parents=True)
+    good = (data_dir / "gsm8k" / "test.jsonl").read_bytes().splitlines(keepends=True)[:2]
+    (gsm8k / "test.jsonl").write_bytes(good[0] + bad + good[1])
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", "tiny-random", "--benchmarks", "gsm8k", "--n", "1", "--k", "1",
+            "--data-dir", str(tmp_path / "data"), "--output", str(out), "--quiet"]
+    message = _refused(argv, monkeypatch)
+    assert f"{gsm8k / 'test.jsonl'} line 2: not valid UTF-8 (byte 0xe9" in message
+    assert not out.exists()
+
+    # the folder's own files: samples.jsonl (a middle line) and config.json
+    folder = tmp_path / "folder"
+    run_eval(folder, FakeGenerator(), limit=2)
+    lines = (folder / "samples.jsonl").read_bytes().splitlines(keepends=True)
+    (folder / "samples.jsonl").write_bytes(lines[0] + lines[1].replace(b"toy", b"t\xffy", 1)
+                                           + b"".join(lines[2:]))
+    with pytest.raises(ValueError, match=r"samples.jsonl:2: not valid UTF-8 \(byte 0xff"):
+        run_eval(folder, FakeGenerator(), limit=2)
+    (folder / "samples.jsonl").write_bytes(b"".join(lines))
+    config = (folder / "config.json").read_bytes()
+    (folder / "config.json").write_bytes(config.replace(b'"fake"', b'"f\xe4ke"'))
+    with pytest.raises(ValueError, match=r"config.json:2: not valid UTF-8 \(byte 0xe4"):
+        run_eval(folder, FakeGenerator(), limit=2)

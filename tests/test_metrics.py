@@ -1,4 +1,4 @@
-"""pass@k, its bootstrap table, and conditional perplexity (REFERENCE.md sections 2 and 4)."""
+"""pass@k and its bootstrap table (REFERENCE.md section 4)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import torch
 
-from groupwise.metrics import pass_at_k, pass_at_k_table, perplexity
+from groupwise.metrics import pass_at_k, pass_at_k_table
 
 # --- pass_at_k ------------------------------------------------------------------------------
 
@@ -128,17 +127,3 @@ def test_pass_at_k_table_errors():
         pass_at_k_table([1], 8, [1], confidence=95)
     with pytest.raises(ValueError, match="bootstrap must be an int >= 1"):
         pass_at_k_table([1], 8, [1], bootstrap=0)
-
-
-# --- perplexity ---------------------------------------------------------------------------
-
-
-def test_perplexity_hand_computed():
-    token_logps = torch.log(torch.tensor([[0.5, 0.25, 0.9], [0.1, 1.0, 1.0], [1.0, 1.0, 1.0]]))
-    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])
-    ppl = perplexity(token_logps, mask)
-    # row 0: exp(-(log 0.5 + log 0.25) / 2) = (0.125)^(-1/2) = 2.8284
-    # row 1: exp(-log 0.1) = 10; row 2: no completion tokens -> NaN
-    assert ppl[0].item() == pytest.approx(math.sqrt(8))
-    assert ppl[1].item() == pytest.approx(10.0)
-    assert math.isnan(ppl[2].item())

@@ -300,3 +300,19 @@ def test_smollm2_conversion_and_cache(monkeypatch, tmp_path: Path) -> None:
     again, _ = load_model("smollm2-135m-instruct", dtype="bfloat16")
     assert time.perf_counter() - start < 10
     assert next(again.parameters()).dtype == torch.bfloat16
+
+
+def test_resolve_device_and_check_model_name(tmp_path: Path) -> None:
+    from groupwise.models import check_model_name, resolve_device
+
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for bad in ("tpu", f"cuda:{gpus}", "cpu:x"):
+        with pytest.raises(ValueError, match=r"must be cpu, cuda or cuda:N \(\d+ GPU\(s\) visible"):
+            resolve_device(bad)
+    check_model_name("tiny-random")
+    check_model_name(str(tmp_path))
+    check_model_name("some-org/some-model")  # well formed: only loading tells whether it exists
+    with pytest.raises(ValueError, match="unknown model 'a/b/c': not an alias"):
+        check_model_name("a/b/c")

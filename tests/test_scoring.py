@@ -1,13 +1,17 @@
 """completion_logprobs: equals a direct log_softmax of the full forward pass, with left-padded
-prompts, right-padded completions, temperature, and the chunked (memory-bounded) path."""
+prompts, right-padded completions, temperature, and the chunked (memory-bounded) path; its
+batched means completion_mean_logp and rollout_mean_logp."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from groupwise.models import load_model
-from groupwise.scoring import completion_logprobs
+from groupwise.rollout import Rollouts
+from groupwise.scoring import completion_logprobs, completion_mean_logp, rollout_mean_logp
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +72,64 @@ def test_chunked_path_gives_same_values_and_gradients(tiny) -> None:
 def test_rejects_zero_temperature(tiny) -> None:
     with pytest.raises(ValueError, match="temperature must be > 0"):
         completion_logprobs(tiny[0], *_batch(), temperature=0.0)
+
+
+def test_completion_mean_logp_matches_log_softmax_by_hand(tiny) -> None:
+    model, _ = tiny
+    pad = 0
+    prompts = [[5, 17, 230], [44]]  # left padded to width 3
+    completions = [[9, 10, 11, 12], [301, 2]]  # right padded to width 4
+    prompt_ids = torch.tensor([[5, 17, 230], [pad, pad, 44]])
+    prompt_mask = torch.tensor([[1, 1, 1], [0, 0, 1]])
+    completion_ids = torch.tensor([[9, 10, 11, 12], [301, 2, pad, pad]])
+    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    got = completion_mean_logp(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, batch_size=1
+    )
+    for row, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        ids = torch.tensor([p + c])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0]
+        logp = torch.log_softmax(logits.double(), dim=-1)
+        # token c[t] sits at position len(p) + t and is predicted by position len(p) + t - 1
+        by_hand = sum(float(logp[len(p) + t - 1, tok]) for t, tok in enumerate(c)) / len(c)
+        assert float(got[row]) == pytest.approx(by_hand, abs=1e-5)
+    empty = completion_mean_logp(
+        model,
+        prompt_ids[:1],
+        prompt_mask[:1],
+        torch.zeros(1, 2, dtype=torch.long),
+        torch.zeros(1, 2, dtype=torch.long),
+    )
+    assert math.isnan(float(empty[0]))
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        completion_mean_logp(model, prompt_ids, prompt_mask, completion_ids, completion_mask, 0)
+
+
+def test_rollout_mean_logp_gives_each_completion_its_own_prompt(tiny) -> None:
+    model, _ = tiny
+    prompt_ids, prompt_mask, completion_ids, completion_mask = _batch()
+    # group_size 2: prompt row 0 serves completion rows 0 and 1, prompt row 1 rows 2 and 3
+    rows = torch.tensor([0, 1, 1, 0])
+    rollouts = Rollouts(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids[rows],
+        completion_mask=completion_mask[rows],
+        texts=["a", "b", "c", "d"],
+        truncated=torch.zeros(4, dtype=torch.bool),
+        group_size=2,
+    )
+    got = rollout_mean_logp(model, rollouts, batch_size=3)
+    expected = completion_mean_logp(
+        model,
+        prompt_ids[[0, 0, 1, 1]],
+        prompt_mask[[0, 0, 1, 1]],
+        completion_ids[rows],
+        completion_mask[rows],
+        batch_size=1,
+    )
+    assert got.shape == (4,)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    # the same completion under different prompts scores differently
+    assert abs(float(got[0]) - float(got[3])) > 1e-4

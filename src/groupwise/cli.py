@@ -13,7 +13,7 @@ import sys
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("groupwise.train.command", "train a policy with GRPO / AMIR-GRPO / LENS / GSPO"),
-    "eval": ("groupwise.evaluate", "sample n completions per problem and report pass@k"),
+    "eval": ("groupwise.evaluation.command", "sample n completions per problem and report pass@k"),
     "analyze": ("groupwise.analysis.command", "the AMIR-GRPO paper's diagnostics as figures"),
     "report": ("groupwise.report", "one page of training curves and eval tables for runs"),
 }

@@ -1,20 +1,16 @@
-"""Evaluation metrics: unbiased pass@k with bootstrap intervals, conditional perplexity.
+"""Evaluation metrics: unbiased pass@k with bootstrap intervals.
 
-REFERENCE.md section 4 (pass@k, Chen et al. 2021) and section 2, "Analyses" (perplexity).
+REFERENCE.md section 4 (pass@k, Chen et al. 2021). The conditional perplexity of the analyses is
+exp(-mean_logp) of groupwise.scoring.completion_mean_logp (groupwise.analysis.perplexity).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
-
-from groupwise.algorithms.logprobs import sequence_mean_logp
 
 # Bootstrap resamples are drawn in blocks of at most this many problem indices, to bound memory.
 _BOOTSTRAP_BLOCK = 1 << 22
@@ -151,21 +147,3 @@ def pass_at_k_table(
             for name, counts in correct_counts.items()
         }
     return _benchmark_table(correct_counts, n, ks, confidence, bootstrap, seed, "correct_counts")
-
-
-def perplexity(token_logps: Tensor, mask: Tensor) -> Tensor:
-    """Conditional perplexity PPL(Y|x) = exp(-(1/T) sum_t log p(y_t | x, y_<t)) per completion.
-
-    REFERENCE.md section 2, "Analyses of AMIR-GRPO": T is the number of completion tokens.
-
-    Args:
-        token_logps: [B, T] token log-probs (nats) under the model that generated them.
-        mask: [B, T] bool or 0/1, True on completion tokens.
-
-    Returns:
-        [B] perplexities (>= 1 for genuine log-probs). A completion with no tokens has no
-        perplexity: NaN (drop it before plotting or averaging).
-    """
-    mean_logp = sequence_mean_logp(token_logps, mask)
-    empty = mask.sum(dim=-1) == 0
-    return torch.where(empty, torch.full_like(mean_logp, math.nan), torch.exp(-mean_logp))

@@ -20,14 +20,15 @@ LoRA (REFERENCE.md section 2, paper defaults r = alpha = 16 on all linear layers
 fine-tuning is training the plain model; `attach_lora` wraps it in a peft model, and
 `reference_policy` turns the adapter off to evaluate the frozen starting policy without a
 second copy of the weights.
+
+Evaluation and analysis load a trained policy with `load_policy(model, adapter)`: the adapter may
+be given as a training run, a checkpoint or an adapter folder (`resolve_adapter`).
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
@@ -50,17 +51,24 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from groupwise.records import read_json
+
 __all__ = [
     "DTYPES",
     "LoraSettings",
     "attach_lora",
     "cache_dir",
+    "check_model_name",
+    "default_device",
     "frozen_copy",
     "load_adapter",
     "load_model",
+    "load_policy",
     "model_aliases",
     "reference_policy",
     "register_model_alias",
+    "resolve_adapter",
+    "resolve_device",
     "save_merged",
 ]
 
@@ -220,10 +228,10 @@ def _load_tiny_random(
 def _load_arith_base(
     *, dtype: torch.dtype | None, seed: int
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    # Imported here: groupwise.sft trains on top of this module, so a module-level import would
-    # be circular, and callers who never ask for the testbed policy should not pay for it.
-    sft = importlib.import_module("groupwise.sft")
-    return sft.load_base_policy()
+    # Imported here: callers who never ask for the testbed policy should not pay for its module.
+    from groupwise.sft import load_base_policy
+
+    return load_base_policy()
 
 
 _ALIASES: dict[str, AliasLoader] = {
@@ -274,7 +282,7 @@ def _load_folder(
     if not adapter_config.is_file():
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or "auto")
         return model, AutoTokenizer.from_pretrained(folder)
-    base_name = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    base_name = read_json(adapter_config).get("base_model_name_or_path")
     if not base_name:
         raise ValueError(
             f"{adapter_config}: field 'base_model_name_or_path' is empty, so the base model of "
@@ -284,6 +292,20 @@ def _load_folder(
     if any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         tokenizer = AutoTokenizer.from_pretrained(folder)
     return PeftModel.from_pretrained(base, folder), tokenizer
+
+
+def check_model_name(name: str) -> None:
+    """Raise ValueError unless `name` is an alias, an existing folder or a well-formed hub id
+    (whether the hub holds it shows only when it loads)."""
+    if name in _ALIASES or Path(name).expanduser().is_dir():
+        return
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ValueError(
+            f"unknown model {name!r}: not an alias ({', '.join(model_aliases())}), not an "
+            "existing folder, and not a valid hub id ('org/name')"
+        ) from None
 
 
 def _load_any(
@@ -298,21 +320,14 @@ def _load_any(
     path = Path(name).expanduser()
     if path.is_dir():
         return _load_folder(path, dtype=dtype, seed=seed)
-    aliases = ", ".join(model_aliases())
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        raise ValueError(
-            f"unknown model {name!r}: not an alias ({aliases}), not an existing folder, and not "
-            "a valid hub id ('org/name')"
-        ) from None
+    check_model_name(name)
     try:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype or "auto")
         tokenizer = AutoTokenizer.from_pretrained(name)
     except OSError as error:
         raise ValueError(
-            f"could not load model {name!r} as a hub id ({error}); known aliases: {aliases}; "
-            "a local folder must exist"
+            f"could not load model {name!r} as a hub id ({error}); known aliases: "
+            f"{', '.join(model_aliases())}; a local folder must exist"
         ) from error
     return model, tokenizer
 
@@ -459,3 +474,75 @@ def save_merged(
         tokenizer.save_pretrained(folder)
 
     return _write_folder(target, write, replace=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# A trained policy for evaluation and analysis
+
+
+def default_device() -> str:
+    """"cuda" when a GPU is visible, else "cpu"."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_device(device: str | None) -> str:
+    """`device` checked against what this machine has ("cpu", "cuda", "cuda:N", "mps"); None
+    gives `default_device()`. A ValueError names the valid choices."""
+    if device is None:
+        return default_device()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    valid = f"must be cpu, cuda or cuda:N ({gpus} GPU(s) visible), got {device!r}"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(valid) from None
+    if parsed.type == "cuda" and (parsed.index or 0) >= gpus:
+        raise ValueError(valid)
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(valid + "; mps is not available here")
+    if parsed.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(valid)
+    return device
+
+
+def resolve_adapter(path: str | os.PathLike) -> Path:
+    """The LoRA adapter folder meant by `path`: an adapter folder itself, a checkpoint folder
+    (its adapter/), or a run folder (RUN/final/adapter, else the latest
+    RUN/checkpoints/step-N/adapter)."""
+    path = Path(path)
+    if (path / _ADAPTER_CONFIG).is_file():
+        return path
+    if (path / "adapter" / _ADAPTER_CONFIG).is_file():
+        return path / "adapter"
+    if (path / "final" / "adapter" / _ADAPTER_CONFIG).is_file():
+        return path / "final" / "adapter"
+    steps = sorted(
+        (int(p.name.split("-", 1)[1]), p)
+        for p in path.glob("checkpoints/step-*")
+        if p.name.split("-", 1)[1].isdigit() and (p / "adapter").is_dir()
+    )
+    if steps:
+        return steps[-1][1] / "adapter"
+    full = [p for p in (path / "model", path / "final" / "model") if p.is_dir()]
+    hint = f"; {full[0]} holds full weights: pass it as --model instead" if full else ""
+    raise FileNotFoundError(
+        f"no LoRA adapter at {path} (looked for {_ADAPTER_CONFIG} in it, in adapter/, "
+        "final/adapter/ and checkpoints/step-N/adapter/)" + hint
+    )
+
+
+def load_policy(
+    model: str,
+    adapter: str | os.PathLike | None = None,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    seed: int = 0,
+) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) in eval mode: `model` by `load_model`, then the adapter (a run,
+    checkpoint or adapter folder; see `resolve_adapter`) on top."""
+    policy, tokenizer = load_model(model, dtype=dtype, device=device, seed=seed)
+    if adapter is not None:
+        policy = load_adapter(policy, resolve_adapter(adapter))
+    policy.eval()
+    return policy, tokenizer

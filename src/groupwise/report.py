@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from groupwise.analysis.samples import read_jsonl
+from groupwise.records import RESULTS_FILE, read_json, read_jsonl
 
 # (metrics.jsonl key, panel title); a panel is drawn when at least one run logged its key
 CURVES: tuple[tuple[str, str], ...] = (
@@ -64,9 +63,9 @@ def find_results(path: Path) -> dict[str, Path]:
     if path.is_file():
         return {path.parent.name: path}
     found = {}
-    if (path / "results.json").is_file():
-        found[path.name] = path / "results.json"
-    for results in sorted(path.glob("eval/*/results.json")):
+    if (path / RESULTS_FILE).is_file():
+        found[path.name] = path / RESULTS_FILE
+    for results in sorted(path.glob(f"eval/*/{RESULTS_FILE}")):
         found[results.parent.name] = results
     return found
 
@@ -80,7 +79,7 @@ def load_record(name: str, path: Path) -> RunRecord:
     if metrics is not None and metrics.is_file():
         record.metrics = read_metrics(metrics)
     for label, results in find_results(path).items():
-        data = json.loads(results.read_text())
+        data = read_json(results)
         if not isinstance(data, dict):
             raise ValueError(f"{results}: expected a JSON object of benchmarks")
         record.evals[label] = data
@@ -285,7 +284,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from groupwise.analysis.samples import parse_run_specs
+    from groupwise.analysis.runs import parse_run_specs
 
     page: Path = args.output
     if page.suffix.lower() not in (".md", ".html", ".htm"):

@@ -16,16 +16,26 @@ Memory: only the completion positions go through the output layer. When their fl
 would exceed `max_logits_bytes`, the output layer runs in chunks of positions, each recomputed
 in the backward pass (activation checkpointing), so the full [B, T, V] logits never exist at
 once: a 4096-token completion batch with a 150k vocabulary stays within memory.
+
+Entry points: `completion_logprobs` (per token, differentiable: the trainer's),
+`completion_mean_logp` (mean per completion, no gradient, in batches: eval and analysis) and
+`rollout_mean_logp` (the same for a Rollouts: eval's `logp_fn`). The pure tensor math under them
+(log-softmax gather, masked mean) lives in groupwise.algorithms.logprobs.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
-from groupwise.algorithms import token_logprobs
+from groupwise.algorithms import sequence_mean_logp, token_logprobs
 from groupwise.rollout.transformers_engine import cache_kwarg
+
+if TYPE_CHECKING:
+    from groupwise.rollout import Rollouts
 
 DEFAULT_MAX_LOGITS_BYTES = 1 << 30
 
@@ -117,6 +127,65 @@ def completion_logprobs(
     full = logp.new_zeros(batch, full_length)
     full[:, :length] = logp
     return full
+
+
+def completion_mean_logp(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    batch_size: int = 8,
+) -> torch.Tensor:
+    """Mean log-prob per completion token under `model` at temperature 1, in batches.
+
+    l(q, o) of REFERENCE.md 2 under the raw model distribution; exp(-l) is the conditional
+    perplexity of the AMIR-GRPO analyses.
+
+    Args:
+        prompt_ids, prompt_mask: [B, P], left padded.
+        completion_ids, completion_mask: [B, T], right padded (mask 1 on completion tokens,
+            EOS included).
+        batch_size: rows per forward pass, >= 1.
+
+    Returns:
+        float32 [B] (nats per token) on the CPU; NaN for a completion with no tokens. No gradient.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for start in range(0, completion_ids.shape[0], batch_size):
+            rows = slice(start, start + batch_size)
+            mask = completion_mask[rows].to(device)
+            logp = completion_logprobs(
+                model,
+                prompt_ids[rows].to(device),
+                prompt_mask[rows].to(device),
+                completion_ids[rows].to(device),
+                mask,
+            )
+            mean = sequence_mean_logp(logp, mask).float().cpu()
+            mean[mask.sum(dim=1).cpu() == 0] = float("nan")
+            out.append(mean)
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def rollout_mean_logp(
+    model: torch.nn.Module, rollouts: Rollouts, batch_size: int = 8
+) -> torch.Tensor:
+    """`completion_mean_logp` of every completion of `rollouts`: float32 [N*n] (nats per token),
+    batch_size completions per forward pass. The `logp_fn` of groupwise.evaluation.evaluate."""
+    index = rollouts.prompt_index
+    return completion_mean_logp(
+        model,
+        rollouts.prompt_ids[index],
+        rollouts.prompt_mask[index],
+        rollouts.completion_ids,
+        rollouts.completion_mask,
+        batch_size,
+    )
 
 
 def _shared_prompt_states(

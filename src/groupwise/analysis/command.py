@@ -14,8 +14,9 @@ ANALYSES: dict[str, tuple[str, str]] = {
                    "PPL of rollouts under their own model, jointly solvable vs unsolved (Fig. 3)"),
     "coverage": ("groupwise.analysis.coverage",
                  "solvable-set partition across 2-6 runs, %% of the union (Table 2)"),
-    "margin": ("groupwise.analysis.margin",
-               "per-problem log-prob margin of correct over incorrect completions (Fig. 4)"),
+    "margin": ("groupwise.analysis.preference_margin",
+               "preference margin: per problem, mean log-prob of correct minus incorrect "
+               "completions (Fig. 4)"),
     "errors": ("groupwise.analysis.errors",
                "first erroneous step and error type by a judge model (Figs. 5-6)"),
 }

@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from groupwise.analysis.samples import (
-    EvalRun,
-    ProblemKey,
-    common_problems,
-    load_runs,
-    write_json,
-)
+from groupwise.analysis.runs import EvalRun, common_problems, load_runs, warn_if_fewer_samples
+from groupwise.records import ProblemKey, write_json
+
+# Samples per problem in the paper's protocol: solvable = at least one of 16 rollouts
+# correct (paper, Table 2).
+PROTOCOL_SAMPLES: int | None = 16
+
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs, args.benchmark)
+    warn_if_fewer_samples(runs, "coverage", PROTOCOL_SAMPLES)
     if len(runs) < 2:
         raise SystemExit("coverage compares runs: give at least two NAME=EVAL_DIR")
     names = [r.name for r in runs]

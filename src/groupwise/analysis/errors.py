@@ -38,10 +38,13 @@ from typing import Any, Protocol
 import numpy as np
 import yaml
 
-from groupwise.analysis.samples import Sample, SavedProblem, load_runs, read_jsonl, write_json
+from groupwise.analysis.runs import load_runs, warn_if_fewer_samples
+from groupwise.records import Sample, SavedProblem, read_jsonl, write_json
 
 DEFAULT_TAXONOMY = Path(__file__).with_name("error_taxonomy.yaml")
 Message = dict[str, str]
+# Samples per problem in the paper's protocol: 16 rollouts per problem (paper, Figures 5-6).
+PROTOCOL_SAMPLES: int | None = 16
 
 
 # ----------------------------------------------------------------------------- taxonomy
@@ -534,7 +537,7 @@ def plot_errors(summary: Mapping[str, Mapping[str, Any]], taxonomy: Sequence[Err
 def make_judge(args: argparse.Namespace) -> Judge:
     """The judge the command line asks for (remote endpoint or local model)."""
     if args.judge_local:
-        from groupwise.evaluate import default_device, load_policy
+        from groupwise.models import default_device, load_policy
 
         model, tokenizer = load_policy(args.judge_local, args.judge_adapter, dtype=args.dtype,
                                        device=args.device or default_device())
@@ -605,6 +608,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--judge-attempts must be >= 1, got {args.judge_attempts}")
     taxonomy = load_taxonomy(args.taxonomy)
     runs = load_runs(args.runs, args.benchmark)
+    warn_if_fewer_samples(runs, "errors", PROTOCOL_SAMPLES)
     items = select_items({r.name: r.samples for r in runs}, args.min_steps, args.max_per_run,
                          args.seed)
     judge = make_judge(args)

@@ -26,46 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from groupwise.analysis.samples import (
-    EvalRun,
-    ProblemKey,
-    Sample,
-    SavedProblem,
-    common_problems,
-    load_runs,
-    write_json,
-)
+from groupwise.analysis.runs import EvalRun, common_problems, load_runs, warn_if_fewer_samples
+from groupwise.records import ProblemKey, Sample, SavedProblem, write_json
 
 STRATA = ("jointly solvable", "jointly unsolved")
 
+# Samples per problem in the paper's protocol: 16 rollouts per problem (paper, Figure 3).
+PROTOCOL_SAMPLES: int | None = 16
 
-def completion_mean_logp(model: torch.nn.Module, prompt_ids: torch.Tensor,
-                         prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
-                         completion_mask: torch.Tensor, batch_size: int = 8) -> torch.Tensor:
-    """Mean log-prob per completion token under `model` at temperature 1, in batches.
-
-    prompt_ids/prompt_mask: [B, P] left padded; completion_ids/completion_mask: [B, T] right
-    padded (mask 1 on completion tokens, EOS included). Returns float32 [B] (nats per token) on
-    the CPU; NaN for a completion with no tokens. No gradient.
-    """
-    from groupwise.algorithms import sequence_mean_logp
-    from groupwise.scoring import completion_logprobs
-
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    device = next(model.parameters()).device
-    out = []
-    with torch.no_grad():
-        for start in range(0, completion_ids.shape[0], batch_size):
-            rows = slice(start, start + batch_size)
-            mask = completion_mask[rows].to(device)
-            logp = completion_logprobs(model, prompt_ids[rows].to(device),
-                                       prompt_mask[rows].to(device),
-                                       completion_ids[rows].to(device), mask)
-            mean = sequence_mean_logp(logp, mask).float().cpu()
-            mean[mask.sum(dim=1).cpu() == 0] = float("nan")
-            out.append(mean)
-    return torch.cat(out) if out else torch.zeros(0)
 
 
 def rescore(model: torch.nn.Module, tokenizer: Any, samples: Sequence[Sample],
@@ -81,6 +49,7 @@ def rescore(model: torch.nn.Module, tokenizer: Any, samples: Sequence[Sample],
     """
     from groupwise.data import Problem
     from groupwise.data.prompts import render_prompt
+    from groupwise.scoring import completion_mean_logp
 
     missing = [s.key for s in samples if s.key not in problems]
     if missing:
@@ -200,7 +169,7 @@ def _scored_values(args: argparse.Namespace, run: EvalRun, samples: list[Sample]
     """mean_logp for `samples`: saved, or recomputed as the options ask."""
     if args.model is None and not args.recompute:
         return [s.mean_logp for s in samples]
-    from groupwise.evaluate import default_device, load_policy
+    from groupwise.models import default_device, load_policy
 
     model_name = args.model or run.config.get("model")
     adapter = args.adapter if args.model else run.config.get("adapter")
@@ -218,6 +187,7 @@ def _scored_values(args: argparse.Namespace, run: EvalRun, samples: list[Sample]
 
 def run(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs, args.benchmark)
+    warn_if_fewer_samples(runs, "perplexity", PROTOCOL_SAMPLES)
     split = strata(runs, args.solvable_fraction)
     if args.max_problems is not None:
         rng = random.Random(args.seed)

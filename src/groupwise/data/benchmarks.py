@@ -17,8 +17,15 @@ from `data_dir`, else from the folder in env `GROUPWISE_DATA`, else the public h
 |               |                                 | joined with ", "                        |
 | minerva       | test                            | last `\\boxed{}` of the solution        |
 | aqua          | test                            | option letter; `choices` the options    |
+|               |                                 | (format=official: the option text, no   |
+|               |                                 | options shown, as AMIR's official code) |
 | livemathbench | AMC_en (default), CCEE_en,      | `answer`, `$` removed                   |
 |               | CNMO_en, WLPMC_en, hard_en      |                                         |
+| dapo_math_17k | train                           | `reward_model.ground_truth`; the        |
+|               |                                 | question without DAPO's Answer: wrapper |
+
+DAPO-Math-17k is not in the offline data: it is read from `<root>/dapo_math_17k/train.jsonl` or
+`train.parquet` (pyarrow) when present, else from the hub.
 
 Loaders are pure: slicing (a `limit`) is the caller's business. A malformed record raises
 `BenchmarkFormatError` naming the file and line. A well-formed MATH/Minerva record whose
@@ -28,7 +35,7 @@ and line (two such records: MATH train lines 5530 and 5532).
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
 import os
 import re
@@ -37,13 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from groupwise.records import JsonFileError, iter_jsonl
 from groupwise.rewards.extract import last_boxed
 
 __all__ = [
     "BenchmarkFormatError",
+    "BenchmarkSpec",
     "Problem",
     "benchmark_names",
     "benchmark_splits",
+    "difficulty_level",
     "load_benchmark",
     "register_benchmark",
     "resolve_data_dir",
@@ -136,6 +146,28 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
     return Path(chosen).expanduser() if chosen is not None else None
 
 
+_LEVEL = re.compile(r"^Level ([1-9])$")
+
+
+def difficulty_level(problem: Problem) -> int | None:
+    """The MATH difficulty level (1-5) of a problem whose record carries one: meta["level"]
+    is "Level 5" in MATH and 5 in MATH-500; None for any other problem ("Level ?" in two MATH
+    train records, the synthetic task's "mid")."""
+    level = problem.meta.get("level")
+    if isinstance(level, int) and not isinstance(level, bool):
+        return level
+    match = _LEVEL.match(level) if isinstance(level, str) else None
+    return int(match.group(1)) if match else None
+
+
+def _check_split(name: str, split: str) -> None:
+    spec = _benchmark(name)
+    if split not in spec.splits:
+        raise ValueError(
+            f"benchmark {name!r} has no split {split!r}; valid splits: {list(spec.splits)}"
+        )
+
+
 def load_benchmark(
     name: str, split: str | None = None, data_dir: str | Path | None = None, **options: Any
 ) -> list[Problem]:
@@ -148,11 +180,69 @@ def load_benchmark(
     """
     spec = _benchmark(name)
     split = spec.default_split if split is None else split
-    if split not in spec.splits:
-        raise ValueError(
-            f"benchmark {name!r} has no split {split!r}; valid splits: {list(spec.splits)}"
-        )
+    _check_split(name, split)
     return spec.loader(data_dir=resolve_data_dir(data_dir), split=split, **options)
+
+
+def _loader_options(name: str) -> tuple[str, ...] | None:
+    """The keyword options benchmark `name`'s loader takes besides data_dir and split; None
+    when it takes any (**options)."""
+    parameters = inspect.signature(_benchmark(name).loader).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return tuple(p.name for p in parameters if p.name not in ("data_dir", "split"))
+
+
+def _option_value(text: str) -> Any:
+    """A command-line option value: an int, a float, true/false, else the text itself."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """A benchmark as named on a command line: NAME[:SPLIT][@KEY=VALUE]... e.g. `gsm8k`,
+    `livemathbench:hard_en`, `aqua@format=official`, `arith:test@level=hard@size=200`.
+
+    split None means the benchmark's default split; options go to its loader (values parsed as
+    int, float or true/false when they read as one). `parse` checks name, split and option
+    names against the registry, so a bad spec fails before anything is loaded.
+    """
+
+    name: str
+    split: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> BenchmarkSpec:
+        head, *pairs = text.strip().split("@")
+        name, _, split = head.partition(":")
+        options = []
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ValueError(f"benchmark {text!r}: option {pair!r} is not KEY=VALUE")
+            options.append((key, _option_value(value)))
+        spec = cls(name, split or None, tuple(options))
+        _benchmark(name)
+        if spec.split is not None:
+            _check_split(name, spec.split)
+        valid = _loader_options(name)
+        unknown = [k for k, _ in options if valid is not None and k not in valid]
+        if unknown:
+            raise ValueError(
+                f"benchmark {name!r} has no option {unknown[0]!r}; valid options: {list(valid)}"
+                if valid else f"benchmark {name!r} takes no options, got {unknown[0]!r}"
+            )
+        return spec
+
+    def load(self, data_dir: str | Path | None = None) -> list[Problem]:
+        """`load_benchmark` with this spec's name, split and options."""
+        return load_benchmark(self.name, self.split, data_dir, **dict(self.options))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,28 +279,13 @@ def _read_jsonl(path: Path) -> Iterator[_Record]:
             f"{path} not found: the data folder must hold <benchmark>/<split>.jsonl as the "
             f"shared data folder does (set {DATA_ENV} or pass data_dir)"
         )
-    index = 0
-    with path.open("rb") as lines:  # bytes: a line that is not UTF-8 is named, not a traceback
-        for number, raw in enumerate(lines, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise BenchmarkFormatError(
-                    f"{path} line {number}: not UTF-8 (byte 0x{raw[error.start]:02x}, the "
-                    f"line's byte {error.start + 1})"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                fields = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise BenchmarkFormatError(
-                    f"{path} line {number}: invalid JSON ({error})"
-                ) from None
+    try:
+        for index, (number, fields) in enumerate(iter_jsonl(path)):
             if not isinstance(fields, dict):
                 raise BenchmarkFormatError(f"{path} line {number}: expected a JSON object")
             yield _Record(fields, str(path), number, index)
-            index += 1
+    except JsonFileError as error:
+        raise BenchmarkFormatError(f"{error.path} line {error.line}: {error.reason}") from None
 
 
 def _read_hub(repo: str, config: str | None, split: str) -> Iterator[_Record]:
@@ -225,6 +300,22 @@ def _read_hub(repo: str, config: str | None, split: str) -> Iterator[_Record]:
     source = f"hub:{repo}" + (f"/{config}" if config else "") + f"[{split}]"
     for index, fields in enumerate(rows):
         yield _Record(dict(fields), source, index + 1, index)
+
+
+def _read_parquet(path: Path) -> Iterator[_Record]:
+    """The rows of a parquet file as records ("line" = 1-based row); needs pyarrow."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError(
+            f"reading {path} needs pyarrow: pip install pyarrow, or convert the file to "
+            f"{path.with_suffix('.jsonl')} (one JSON object per line)"
+        ) from None
+    index = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for fields in batch.to_pylist():
+            yield _Record(fields, str(path), index + 1, index)
+            index += 1
 
 
 @dataclass(frozen=True)
@@ -499,9 +590,22 @@ def _options(record: _Record, options: Any) -> list[str]:
     return texts
 
 
+AQUA_FORMATS = ("letters", "official")
+
+
 @register_benchmark("aqua")
-def load_aqua(data_dir: Path | None, split: str) -> list[Problem]:
-    """AQUA-RAT test: gold = the letter in `correct`, choices = `options` without "A)"."""
+def load_aqua(data_dir: Path | None, split: str, format: str = "letters") -> list[Problem]:
+    """AQUA-RAT test, in one of two formats (`format`):
+
+    - "letters" (ours, the default): the question with its options (`choices`, the `options`
+      without "A)"), gold = the letter in `correct`; the prompt lists the options and asks
+      for the letter.
+    - "official": as the AMIR-GRPO official loader (`get_aquarat_questions`) has it: the
+      question alone, no options shown, gold = the text of the correct option ("Rs. 750",
+      "5(√3 + 1)"). The options and the letter stay in meta ("options", "letter").
+    """
+    if format not in AQUA_FORMATS:
+        raise ValueError(f"aqua: format must be one of {list(AQUA_FORMATS)}, got {format!r}")
     problems = []
     for record in _records(data_dir, "aqua", split, _Hub("deepmind/aqua_rat", "raw")):
         choices = _options(record, record.get("options"))
@@ -510,13 +614,17 @@ def load_aqua(data_dir: Path | None, split: str) -> list[Problem]:
             raise record.error(
                 f"field 'correct' is {letter!r}; expected one of {list('ABCDE'[: len(choices)])}"
             )
+        rationale = record.get("rationale", optional=True)
+        official = format == "official"
         problems.append(
             Problem(
                 id=f"aqua/{record.index}",
                 question=_text(record, "question"),
-                answer=letter,
-                choices=choices,
-                meta={"rationale": record.get("rationale", optional=True)},
+                answer=choices["ABCDE".index(letter)] if official else letter,
+                choices=None if official else choices,
+                meta={"rationale": rationale, "options": choices, "letter": letter}
+                if official
+                else {"rationale": rationale},
             )
         )
     return problems
@@ -544,4 +652,85 @@ def load_livemathbench(data_dir: Path | None, split: str) -> list[Problem]:
                 meta={"question_type": record.get("question_type", optional=True)},
             )
         )
+    return problems
+
+
+DAPO_HUB = "BytedTsinghua-SIA/DAPO-Math-17k"
+# The instruction DAPO-Math-17k wraps every question in (verl's recipe/dapo format); our own
+# prompt templates add theirs, so the loader keeps the question alone.
+DAPO_PREFIX = (
+    "Solve the following math problem step by step. The last line of your response should be "
+    "of the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
+DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+
+
+def _dapo_records(data_dir: Path | None) -> Iterator[_Record]:
+    if data_dir is None:
+        return _read_hub(DAPO_HUB, None, "train")
+    folder = data_dir / "dapo_math_17k"
+    if (folder / "train.jsonl").is_file():
+        return _read_jsonl(folder / "train.jsonl")
+    if (folder / "train.parquet").is_file():
+        return _read_parquet(folder / "train.parquet")
+    raise FileNotFoundError(
+        f"{folder / 'train.jsonl'} (or train.parquet) not found: DAPO-Math-17k is not in the "
+        f"offline data. Download the hub copy {DAPO_HUB} (its data/dapo-math-17k.parquet) into "
+        f"{folder} as train.parquet (reading it needs pyarrow) or convert it to train.jsonl; "
+        "or load it from the hub: pip install 'groupwise[hub]' and give no data folder "
+        f"(unset {DATA_ENV})"
+    )
+
+
+def _dapo_question(record: _Record) -> str:
+    prompt = record.get("prompt")
+    if isinstance(prompt, list):  # chat messages: the user's
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        prompt = users[0].get("content") if users else None
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise record.error(
+            f"field 'prompt' must be a string or a list of messages with a user message, "
+            f"got {record.fields.get('prompt')!r:.80}"
+        )
+    text = prompt.removeprefix(DAPO_PREFIX).removesuffix(DAPO_SUFFIX).strip()
+    if not text:
+        raise record.error("field 'prompt' holds the instruction but no question")
+    return text
+
+
+@register_benchmark("dapo_math_17k", splits=("train",))
+def load_dapo_math_17k(data_dir: Path | None, split: str) -> list[Problem]:
+    """DAPO-Math-17k (BytedTsinghua-SIA/DAPO-Math-17k, verl's format): question = the user
+    message of `prompt` without DAPO's "Answer:" instruction, gold = `reward_model.ground_truth`
+    (an integer in this set), id = `extra_info.index`.
+
+    The published file repeats each problem about 100 times (1.79M rows); repeats of an index
+    are dropped (one problem per index), and a repeat whose question or gold differs from the
+    first is an error naming both rows.
+    """
+    problems: list[Problem] = []
+    first: dict[str, tuple[int, Problem]] = {}
+    for record in _dapo_records(data_dir):
+        reward = record.get("reward_model", optional=True)
+        gold = reward.get("ground_truth") if isinstance(reward, dict) else None
+        gold = gold if gold is not None else record.get("solution", "answer", optional=True)
+        if gold is None:
+            raise record.error("missing field 'reward_model.ground_truth' (or 'solution')")
+        extra = record.get("extra_info", optional=True)
+        native = extra.get("index") if isinstance(extra, dict) else None
+        problem = Problem(
+            id=f"dapo_math_17k/{record.index if native is None else native}",
+            question=_dapo_question(record),
+            answer=_number_text(record, gold),
+            meta={"data_source": record.get("data_source", optional=True)},
+        )
+        if problem.id in first:
+            line, kept = first[problem.id]
+            if (kept.question, kept.answer) != (problem.question, problem.answer):
+                raise record.error(
+                    f"repeats {problem.id} of line {line} with another question or gold"
+                )
+            continue
+        first[problem.id] = (record.line, problem)
+        problems.append(problem)
     return problems

@@ -1,12 +1,20 @@
-"""Per-problem preference margin (REFERENCE.md, "Analyses of AMIR-GRPO"; paper Figure 4).
+"""Per-problem preference margin (REFERENCE.md, "Analyses of AMIR-GRPO"; paper Figure 4), the
+`groupwise analyze margin` command.
 
-margin(q) = mean of l(o) over the correct completions of q - mean of l(o) over its incorrect
-ones, with l(o) = (1/|o|) sum_t log pi(o_t | q, o_<t) the length-normalised log-likelihood under
-the model that generated o (the saved `mean_logp`, nats per token). Only problems with at least
-one correct and one incorrect completion have a margin; completions without a saved
-`mean_logp` (empty ones) are left out of the means. Per run: the distribution of margins and
-its summary; across runs: the ratio of each run's mean margin to the first run's (the paper's
-"2.7x GRPO" is AMIR's mean over GRPO's).
+Three things are called a margin around AMIR-GRPO; this module is only the first:
+- the preference margin of a problem (here): a post-hoc statistic of saved samples,
+  mean l(correct completions) - mean l(incorrect completions);
+- the reward margin delta_r of AMIR's pair mining (REFERENCE.md 2: (i, j) is a pair when
+  r_i - r_j > delta_r), a training setting;
+- the log-prob margin of one mined pair, l(o_i) - l(o_j), inside the DPO logit z_ij.
+
+preference_margin(q) = mean of l(o) over the correct completions of q - mean of l(o) over its
+incorrect ones, with l(o) = (1/|o|) sum_t log pi(o_t | q, o_<t) the length-normalised
+log-likelihood under the model that generated o (the saved `mean_logp`, nats per token). Only
+problems with at least one correct and one incorrect completion have a margin; completions
+without a saved `mean_logp` (empty ones) are left out of the means. Per run: the distribution of
+margins and its summary; across runs: the ratio of each run's mean margin to the first run's
+(the paper's "2.7x GRPO" is AMIR's mean over GRPO's).
 """
 
 from __future__ import annotations
@@ -18,12 +26,19 @@ from pathlib import Path
 
 import numpy as np
 
-from groupwise.analysis.samples import ProblemKey, Sample, load_runs, write_json
+from groupwise.analysis.runs import load_runs, warn_if_fewer_samples
+from groupwise.records import ProblemKey, Sample, write_json
+
+# Samples per problem in the paper's protocol: not stated by the paper (Figure 4), so no
+# warning.
+PROTOCOL_SAMPLES: int | None = None
 
 
-def problem_margins(groups: Mapping[ProblemKey, Sequence[Sample]]) -> dict[ProblemKey, float]:
-    """margin(q) for each problem that has both correct and incorrect completions with a
-    `mean_logp`; other problems are absent from the result."""
+
+def preference_margins(groups: Mapping[ProblemKey, Sequence[Sample]]
+                       ) -> dict[ProblemKey, float]:
+    """preference_margin(q) for each problem that has both correct and incorrect completions
+    with a `mean_logp`; other problems are absent from the result."""
     margins: dict[ProblemKey, float] = {}
     for key, samples in groups.items():
         good = [s.mean_logp for s in samples if s.correct and s.mean_logp is not None]
@@ -104,6 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs, args.benchmark)
+    warn_if_fewer_samples(runs, "margin", PROTOCOL_SAMPLES)
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
     per_run: dict[str, dict[ProblemKey, float]] = {}
@@ -111,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         if all(s.mean_logp is None for s in r.samples):
             raise SystemExit(f"run {r.name!r} ({r.path}) has no saved mean_logp; "
                              "re-run `groupwise eval` with log-probs on")
-        per_run[r.name] = problem_margins(r.by_problem())
+        per_run[r.name] = preference_margins(r.by_problem())
     summary = {n: summarize(list(m.values())) for n, m in per_run.items()}
     ratios = ratio_of_means({n: s["mean"] for n, s in summary.items()})
     write_json(out / "margin.json", {"runs": summary, "ratio_of_means_to_first": ratios})

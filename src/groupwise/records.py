@@ -1,10 +1,14 @@
-"""The saved samples of an evaluation run: their schema, reading and writing.
+"""The files of an evaluation folder and their records: what `groupwise eval` writes and the
+analyses and `groupwise report` read back.
 
 `groupwise eval --output DIR` writes, per completion, one JSON line of DIR/samples.jsonl
-(`Sample`), one line per evaluated problem to DIR/problems.jsonl (the question and gold, so the
-analyses need no data folder), and DIR/config.json (the settings that produced the samples).
-The analyses read those files back through this module; a run is named on their command
-lines as NAME=EVAL_DIR (or EVAL_DIR alone, named after its folder).
+(`Sample`), one line per evaluated problem to DIR/problems.jsonl (`SavedProblem`: the question
+and gold, so the analyses need no data folder), DIR/config.json (the settings that produced the
+samples) and DIR/results.json (pass@k per benchmark).
+
+JSON-lines files are read through `iter_jsonl` / `read_jsonl`, the one reader of the project's
+own JSON-lines files: a line that is not UTF-8 or not JSON is an error naming the file and line,
+except the torn last line a crash during an append leaves behind, which a caller may skip.
 """
 
 from __future__ import annotations
@@ -12,16 +16,20 @@ from __future__ import annotations
 import json
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 SAMPLES_FILE = "samples.jsonl"
 PROBLEMS_FILE = "problems.jsonl"
 CONFIG_FILE = "config.json"
+RESULTS_FILE = "results.json"
 
 VERDICTS = ("correct", "wrong", "no_answer", "timeout", "error")
+
+MEAN_LOGP_NOTE = ("mean_logp: mean token log-prob of the completion under the generating model, "
+                  "forward pass over prompt + completion at temperature 1 (raw distribution)")
 
 ProblemKey = tuple[str, str]  # (benchmark, problem id)
 
@@ -63,13 +71,16 @@ class Sample:
 
 @dataclass(frozen=True)
 class SavedProblem:
-    """A problem as saved in problems.jsonl (the fields of groupwise.data.Problem we need)."""
+    """A problem as saved in problems.jsonl (the fields of groupwise.data.Problem we need);
+    `level` is its MATH difficulty level 1-5 when its record carries one
+    (groupwise.data.difficulty_level), else None (and absent from files written before)."""
 
     benchmark: str
     id: str
     question: str
     answer: str
     choices: list[str] | None = None
+    level: int | None = None
 
     @property
     def key(self) -> ProblemKey:
@@ -79,18 +90,82 @@ class SavedProblem:
         return json.dumps(asdict(self), ensure_ascii=False)
 
 
-@dataclass
-class EvalRun:
-    """One evaluation run read from its folder: samples, problems (may be empty), config."""
+class JsonFileError(ValueError):
+    """A line of a JSON or JSON-lines file that cannot be read: `path`, 1-based `line`, and
+    `reason`; the message reads "PATH:LINE: REASON"."""
 
-    name: str
-    path: Path
-    samples: list[Sample]
-    problems: dict[ProblemKey, SavedProblem] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}: {reason}")
+        self.path, self.line, self.reason = path, line, reason
 
-    def by_problem(self) -> dict[ProblemKey, list[Sample]]:
-        return group_by_problem(self.samples)
+
+def _decode(path: Path, number: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise JsonFileError(path, number, f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at "
+                                          f"column {err.start + 1})") from None
+
+
+def iter_jsonl(path: str | Path, on_torn_tail: Callable[[int], None] | None = None
+               ) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) for every non-blank line of a JSON-lines file, streamed.
+
+    A line that is not UTF-8 or not JSON raises JsonFileError naming the file and line. The one
+    exception: a last line without its final newline that does not parse is what a crash during
+    an append leaves behind (cut anywhere, even inside a multi-byte character); with
+    `on_torn_tail` it is skipped and on_torn_tail(line number) called, else it is an error too.
+    """
+    path = Path(path)
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            try:
+                text = _decode(path, number, raw)
+                if not text.strip():
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as err:
+                    raise JsonFileError(path, number, f"not valid JSON ({err.msg})") from None
+            except JsonFileError:
+                if on_torn_tail is not None and not raw.endswith(b"\n"):
+                    on_torn_tail(number)
+                    continue
+                raise
+            yield number, obj
+
+
+def read_jsonl(path: str | Path) -> tuple[list[tuple[int, Any]], bool]:
+    """All (line number, object) pairs of a JSON-lines file, and whether its tail was torn
+    (a last line cut by a crash, skipped); see `iter_jsonl`."""
+    torn: list[int] = []
+    rows = list(iter_jsonl(path, on_torn_tail=torn.append))
+    return rows, bool(torn)
+
+
+def ends_with_newline(path: str | Path) -> bool:
+    """Whether a non-empty file's last byte is a newline (True for an empty file): appending a
+    line to a file that does not would glue it to the last one."""
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return True
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
+def read_json(path: str | Path) -> Any:
+    """A JSON file (config.json, results.json); bad UTF-8 or JSON names the file and line."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise JsonFileError(path, line, f"not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise JsonFileError(path, err.lineno, f"not valid JSON ({err.msg})") from None
 
 
 def _sample_from(obj: Any, where: str) -> Sample:
@@ -123,31 +198,6 @@ _SAMPLE_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def read_jsonl(path: str | Path) -> tuple[list[tuple[int, Any]], bool]:
-    """Parse a JSON-lines file into (line number, object) pairs, and whether its tail is torn.
-
-    A last line that is not valid JSON and has no final newline is what a crash during an
-    append leaves behind: it is skipped and reported as torn (True). Any other bad line is an
-    error naming the file and line.
-    """
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    out: list[tuple[int, Any]] = []
-    torn = False
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((number, json.loads(line)))
-        except json.JSONDecodeError as err:
-            if number == len(lines) and not text.endswith("\n"):
-                torn = True
-                continue
-            raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from err
-    return out, torn
-
-
 def read_samples(path: str | Path) -> list[Sample]:
     """All samples of a samples.jsonl file, validated field by field.
 
@@ -158,6 +208,12 @@ def read_samples(path: str | Path) -> list[Sample]:
     rows, torn = read_jsonl(path)
     if torn:
         warnings.warn(f"{path}: skipped a torn last line (interrupted write)", stacklevel=2)
+    return samples_from_rows(rows, path)
+
+
+def samples_from_rows(rows: Iterable[tuple[int, Any]], path: str | Path) -> list[Sample]:
+    """Samples from (line number, object) rows of samples.jsonl at `path` (for messages),
+    validated field by field; a duplicate (benchmark, problem_id, sample) is an error."""
     samples: list[Sample] = []
     seen: dict[tuple[str, str, int], int] = {}
     for number, obj in rows:
@@ -181,7 +237,7 @@ def read_problems(path: str | Path) -> dict[ProblemKey, SavedProblem]:
             problem = SavedProblem(**obj)
         except TypeError as err:
             raise ValueError(f"{path}:{number}: {err} (fields: benchmark, id, question, "
-                             "answer, choices)") from err
+                             "answer, choices, level)") from err
         out[problem.key] = problem
     return out
 
@@ -201,61 +257,6 @@ def group_by_problem(samples: Iterable[Sample]) -> dict[ProblemKey, list[Sample]
     for s in samples:
         groups[s.key].append(s)
     return {key: sorted(group, key=lambda s: s.sample) for key, group in groups.items()}
-
-
-def parse_run_specs(specs: Sequence[str]) -> dict[str, Path]:
-    """Command-line runs as {name: folder}: NAME=EVAL_DIR, or EVAL_DIR named after its folder."""
-    runs: dict[str, Path] = {}
-    for spec in specs:
-        name, sep, folder = spec.partition("=")
-        if not sep:
-            name, folder = Path(spec).name, spec
-        if not name or not folder:
-            raise ValueError(f"run {spec!r}: expected NAME=EVAL_DIR or EVAL_DIR")
-        if name in runs:
-            raise ValueError(f"run name {name!r} given twice ({runs[name]} and {folder}); "
-                             "name them with NAME=EVAL_DIR")
-        runs[name] = Path(folder)
-    return runs
-
-
-def load_run(name: str, path: str | Path, benchmarks: Sequence[str] | None = None) -> EvalRun:
-    """Read an evaluation folder (or a samples.jsonl path); keep only `benchmarks` if given."""
-    path = Path(path)
-    folder = path.parent if path.is_file() else path
-    samples_path = path if path.is_file() else folder / SAMPLES_FILE
-    if not samples_path.is_file():
-        raise FileNotFoundError(f"run {name!r}: no {SAMPLES_FILE} in {folder} "
-                                "(expected the --output folder of `groupwise eval`)")
-    samples = read_samples(samples_path)
-    if benchmarks:
-        present = sorted({s.benchmark for s in samples})
-        missing = [b for b in benchmarks if b not in present]
-        if missing:
-            raise ValueError(f"run {name!r}: benchmark(s) {', '.join(missing)} not in "
-                             f"{samples_path} (present: {', '.join(present)})")
-        samples = [s for s in samples if s.benchmark in benchmarks]
-    problems_path = folder / PROBLEMS_FILE
-    problems = read_problems(problems_path) if problems_path.is_file() else {}
-    config_path = folder / CONFIG_FILE
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    return EvalRun(name=name, path=folder, samples=samples, problems=problems, config=config)
-
-
-def load_runs(specs: Sequence[str], benchmarks: Sequence[str] | None = None) -> list[EvalRun]:
-    """`load_run` for each NAME=EVAL_DIR spec, in the order given."""
-    return [load_run(name, path, benchmarks) for name, path in parse_run_specs(specs).items()]
-
-
-def common_problems(runs: Sequence[EvalRun]) -> list[ProblemKey]:
-    """Problems present in every run, in the first run's order; warns when runs differ."""
-    keys = [list(run.by_problem()) for run in runs]
-    shared = set(keys[0]).intersection(*keys[1:]) if keys else set()
-    if any(len(k) != len(shared) for k in keys):
-        sizes = ", ".join(f"{run.name}: {len(k)}" for run, k in zip(runs, keys, strict=True))
-        warnings.warn(f"runs cover different problems ({sizes}); using the {len(shared)} "
-                      "they share", stacklevel=2)
-    return [k for k in keys[0] if k in shared] if keys else []
 
 
 def write_json(path: str | Path, obj: Mapping[str, Any] | list[Any]) -> Path:

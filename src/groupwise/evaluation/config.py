@@ -1,0 +1,143 @@
+"""The settings of one evaluation (`EvalConfig`), their valid ranges, and the protocol presets.
+
+Presets (explicit flags override them):
+- `amir` (the default), REFERENCE.md "Evaluation of AMIR-GRPO": the paper's seven benchmarks,
+  n = 8, k in {1, 2, 4}, temperature 0.6, top-p 1.0, 1024 new tokens, the AMIR prompt.
+  AQUA-RAT in the official code's format (`aqua@format=official`: the question without its
+  options, gold = the option's text), since the paper's numbers were measured that way.
+- `lens`, REFERENCE.md 3: MATH-500 (the paper's curves; the results add pass@k per MATH level
+  and for Levels 4-5, its hard subset), n = 16, k in {1, 2, 4, 8, 16}, temperature 1.0, top-p
+  1.0, 4096 new tokens, a plain boxed-answer prompt (the paper does not print its prompt). The
+  paper's table is on the full MATH test: `--benchmarks math:test`.
+
+Every setting is checked when an EvalConfig is made, so a bad value fails before a model loads
+or a file is written; `InvalidSetting` names the setting and its valid range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+PAPER_BENCHMARKS = ("gsm8k", "aime25", "olympiadbench", "amc23", "minerva",
+                    "aqua@format=official", "livemathbench:AMC_en")
+# Preset -> defaults; explicit command-line flags override them.
+PRESETS: dict[str, dict[str, Any]] = {
+    "amir": {"benchmarks": PAPER_BENCHMARKS, "n": 8, "ks": (1, 2, 4), "temperature": 0.6,
+             "top_p": 1.0, "max_new_tokens": 1024, "prompt": "amir"},
+    "lens": {"benchmarks": ("math500",), "n": 16, "ks": (1, 2, 4, 8, 16), "temperature": 1.0,
+             "top_p": 1.0, "max_new_tokens": 4096, "prompt": "boxed"},
+}
+# The dtype names groupwise.models.load_model accepts (its DTYPES).
+DTYPE_NAMES = ("float32", "bfloat16", "float16", "auto")
+# How samples are seeded (groupwise.evaluation.sampling.problem_seed); saved in config.json so a
+# folder sampled under another scheme is not resumed into a mix of two.
+SEEDING = "per-problem"
+
+
+class InvalidSetting(ValueError):
+    """A setting outside its valid range: `name` (the EvalConfig field) and `reason`."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name, self.reason = name, reason
+
+
+def _is_int(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The settings of one evaluation (saved as config.json in its folder).
+
+    model: alias, folder or hub id (groupwise.models.load_model); adapter: a LoRA adapter
+        folder on top (resolved, absolute) or None.
+    benchmarks: the benchmark labels, keys of the problems given to `evaluate` and of the
+        results; on the command line, specs NAME[:SPLIT][@KEY=VALUE...] (BenchmarkSpec).
+    n: samples per problem; ks: the k of pass@k, each in 1..n.
+    temperature (0 = greedy), top_p in (0, 1], max_new_tokens: how completions are sampled.
+    prompt: template name (groupwise.data.prompts.TEMPLATES).
+    limit: the first `limit` problems of each benchmark (None: all).
+    batch_size: completions decoded together; one generate call (and one flush of
+        samples.jsonl) covers max(1, batch_size // n) problems. Samples do not depend on it.
+    dtype: weights dtype of the model; seed: the sampling seed (>= 0).
+    data_dir: the benchmark folder (None: env GROUPWISE_DATA, else the hub).
+    """
+
+    model: str
+    adapter: str | None = None
+    benchmarks: tuple[str, ...] = PAPER_BENCHMARKS
+    n: int = 8
+    ks: tuple[int, ...] = (1, 2, 4)
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_new_tokens: int = 1024
+    prompt: str = "amir"
+    # A `grading` setting (how answers are checked, groupwise.rewards.check_answers' mode) goes
+    # here: a field with its rule in _rules(), a key of SAMPLE_KEYS (verdicts are saved with
+    # the samples), and the check_fn that groupwise.evaluation.command.answer_checker builds.
+    limit: int | None = None
+    batch_size: int = 64
+    dtype: str = "float32"
+    seed: int = 0
+    data_dir: str | None = None
+
+    # Settings that change what samples.jsonl holds: a resumed run must keep them.
+    SAMPLE_KEYS = ("model", "adapter", "n", "temperature", "top_p", "max_new_tokens", "prompt",
+                   "dtype", "seed", "seeding")
+
+    def __post_init__(self) -> None:
+        for name, (valid, rule) in self._rules().items():
+            value = getattr(self, name)
+            if not valid(value):
+                shown = list(value) if isinstance(value, tuple) else value
+                raise InvalidSetting(name, f"must be {rule}, got {shown!r}")
+        _check_benchmarks(self.benchmarks)
+
+    def _rules(self) -> dict[str, tuple[Callable[[Any], bool], str]]:
+        from groupwise.data.prompts import TEMPLATES
+
+        n_ok = _is_int(self.n, 1)
+        return {
+            "model": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty name"),
+            "n": (lambda v: n_ok, "an integer >= 1"),
+            "ks": (lambda v: bool(v) and all(_is_int(k, 1) and (not n_ok or k <= self.n)
+                                             for k in v),
+                   f"integers in 1..n={self.n}"),
+            "temperature": (lambda v: _is_number(v) and math.isfinite(v) and 0 <= v < 1e6,
+                            "a finite number >= 0 (0 = greedy)"),
+            "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "in (0, 1]"),
+            "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
+            "prompt": (lambda v: v in TEMPLATES, f"one of {', '.join(sorted(TEMPLATES))}"),
+            "limit": (lambda v: v is None or _is_int(v, 1), "an integer >= 1"),
+            "batch_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
+            "dtype": (lambda v: v in DTYPE_NAMES, f"one of {', '.join(DTYPE_NAMES)}"),
+            "seed": (lambda v: _is_int(v, 0), "an integer >= 0"),
+        }
+
+    @property
+    def problems_per_call(self) -> int:
+        """Problems sampled by one generate call: max(1, batch_size // n)."""
+        return max(1, self.batch_size // self.n)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as JSON values, with the seeding scheme (config.json, results.json)."""
+        out = {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+               for f in fields(self)}
+        return {**out, "seeding": SEEDING}
+
+
+def _check_benchmarks(specs: tuple[str, ...]) -> None:
+    # Only labels here: `evaluate` takes the problems themselves; the command line parses them
+    # as groupwise.data.BenchmarkSpec.
+    if not specs:
+        raise InvalidSetting("benchmarks", "must name at least one benchmark")
+    if len(set(specs)) != len(specs):
+        raise InvalidSetting("benchmarks", f"names a benchmark twice: {list(specs)}")

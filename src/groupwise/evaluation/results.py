@@ -1,0 +1,161 @@
+"""The results of an evaluation: pass@k per benchmark with its 95 % bootstrap interval over
+problems (REFERENCE.md section 4), as results.json, results.md and results.png.
+
+A benchmark whose problems carry a MATH difficulty level (MATH, MATH-500) is also reported per
+level and for Levels 4-5 together, the hard subset of the LENS paper's curves (REFERENCE.md 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from groupwise.evaluation.config import EvalConfig
+from groupwise.records import MEAN_LOGP_NOTE, RESULTS_FILE, Sample, write_json
+
+HARD_LEVELS = (4, 5)
+HARD_LABEL = "4-5"
+
+
+def _level_tables(config: EvalConfig, counts: Sequence[int], levels: Sequence[int | None]
+                  ) -> dict[str, Any]:
+    """{"1": table, ..., "5": table, "4-5": table} over the problems with a level (a table per
+    level present; "4-5" when any problem is of level 4 or 5)."""
+    from groupwise.metrics import pass_at_k_table
+
+    groups: dict[str, list[int]] = {}
+    for level in sorted({lv for lv in levels if lv is not None}):
+        groups[str(level)] = [c for c, lv in zip(counts, levels, strict=True) if lv == level]
+    hard = [c for c, lv in zip(counts, levels, strict=True) if lv in HARD_LEVELS]
+    if hard:
+        groups[HARD_LABEL] = hard
+    return {label: pass_at_k_table(subset, config.n, config.ks, seed=config.seed)
+            for label, subset in groups.items()}
+
+
+def results_table(config: EvalConfig, groups: Mapping[str, Sequence[Sequence[Sample]]],
+                  levels: Mapping[str, Sequence[int | None]] | None = None) -> dict[str, Any]:
+    """{benchmark: {"n", "problems", "pass@k", "pass@k_ci", ..., "timeouts", "no_answer",
+    "errors", "truncated", "mean_tokens"[, "levels"]}, "config": {...}} from each problem's n
+    samples.
+
+    pass@k and its interval come from metrics.pass_at_k_table (REFERENCE.md section 4); the
+    counts are over samples. levels[benchmark], when given, holds each problem's difficulty
+    level (or None), in the order of groups[benchmark]; a benchmark with any level gets
+    "levels": {"1": {"problems", "pass@k", "pass@k_ci", ...}, ..., "4-5": {...}}.
+    """
+    from groupwise.metrics import pass_at_k_table
+
+    results: dict[str, Any] = {}
+    for bench, problems in groups.items():
+        if not problems:
+            continue
+        samples = [s for g in problems for s in g]
+        counts = [sum(s.correct for s in g) for g in problems]
+        results[bench] = {
+            **pass_at_k_table(counts, config.n, config.ks, seed=config.seed),
+            "timeouts": sum(s.verdict == "timeout" for s in samples),
+            "no_answer": sum(s.verdict == "no_answer" for s in samples),
+            "errors": sum(s.verdict == "error" for s in samples),
+            "truncated": sum(s.truncated for s in samples),
+            "mean_tokens": sum(s.tokens for s in samples) / len(samples),
+        }
+        bench_levels = (levels or {}).get(bench)
+        if bench_levels is not None and any(lv is not None for lv in bench_levels):
+            results[bench]["levels"] = _level_tables(config, counts, bench_levels)
+    results["config"] = {**config.to_dict(), "note": MEAN_LOGP_NOTE}
+    return results
+
+
+def _benchmarks(results: Mapping[str, Any]) -> list[str]:
+    return [b for b in results if b != "config"]
+
+
+def level_label(level: str) -> str:
+    """"Level 3" for "3", "Levels 4-5" for "4-5"."""
+    return f"Levels {level}" if "-" in level else f"Level {level}"
+
+
+def _row(label: str, table: Mapping[str, Any], ks: Sequence[int]) -> list[str]:
+    return [label, str(table["problems"]),
+            *(f"{100 * table[f'pass@{k}']:.1f} [{100 * table[f'pass@{k}_ci'][0]:.1f}, "
+              f"{100 * table[f'pass@{k}_ci'][1]:.1f}]" for k in ks)]
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def results_markdown(results: Mapping[str, Any]) -> str:
+    """The results as Markdown: a table of pass@k in percent with the 95 % interval per
+    benchmark, then one per leveled benchmark, by level."""
+    ks = results["config"]["ks"]
+    passes = [f"pass@{k} (%)" for k in ks]
+    rows = [[*_row(bench, results[bench], ks), str(results[bench]["no_answer"]),
+             str(results[bench]["timeouts"]), str(results[bench]["truncated"])]
+            for bench in _benchmarks(results)]
+    lines = _markdown_table(["benchmark", "problems", *passes, "no answer", "timeouts",
+                             "truncated"], rows)
+    for bench in _benchmarks(results):
+        if "levels" in results[bench]:
+            lines += ["", f"{bench} by MATH difficulty level:", ""]
+            lines += _markdown_table(["level", "problems", *passes],
+                                     [_row(level_label(level), table, ks)
+                                      for level, table in results[bench]["levels"].items()])
+    config = results["config"]
+    lines.append(f"\nmodel {config['model']}" + (f" + adapter {config['adapter']}"
+                                                 if config["adapter"] else "")
+                 + f"; n={config['n']}, temperature {config['temperature']}, top-p "
+                 f"{config['top_p']}, {config['max_new_tokens']} new tokens, prompt "
+                 f"{config['prompt']}")
+    return "\n".join(lines) + "\n"
+
+
+def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> None:
+    """pass@k bars (percent, with interval) per entry, one bar per k, on axes `ax`."""
+    from groupwise.analysis.figures import series_colors
+
+    labels = list(entries)
+    width = 0.8 / len(ks)
+    for i, (k, color) in enumerate(zip(ks, series_colors(len(ks)), strict=True)):
+        values = [100 * entries[e][f"pass@{k}"] for e in labels]
+        low = [v - 100 * entries[e][f"pass@{k}_ci"][0] for v, e in zip(values, labels,
+                                                                       strict=True)]
+        high = [100 * entries[e][f"pass@{k}_ci"][1] - v for v, e in zip(values, labels,
+                                                                        strict=True)]
+        ax.bar([j + (i - (len(ks) - 1) / 2) * width for j in range(len(labels))], values,
+               width, yerr=[low, high], capsize=2, color=color, label=f"pass@{k}")
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 105)
+    ax.legend(fontsize=8)
+
+
+def plot_results(results: Mapping[str, Any], path: Path) -> Path:
+    """Grouped bars of pass@k per benchmark, then one panel per leveled benchmark: pass@k per
+    MATH difficulty level and for Levels 4-5."""
+    from groupwise.analysis.figures import new_figure, save_figure
+
+    benches = _benchmarks(results)
+    leveled = [b for b in benches if "levels" in results[b]]
+    ks = results["config"]["ks"]
+    widths = [max(5.0, 1.0 + 0.4 * len(ks) * len(benches))]
+    widths += [max(5.0, 1.0 + 0.4 * len(ks) * len(results[b]["levels"])) for b in leveled]
+    fig, axes = new_figure(width=sum(widths), ncols=len(widths),
+                           gridspec_kw={"width_ratios": widths})
+    _grouped_bars(axes[0, 0], {b: results[b] for b in benches}, ks)
+    axes[0, 0].set_title(f"{results['config']['model']}: pass@k (n={results['config']['n']})")
+    for ax, bench in zip(axes[0, 1:], leveled, strict=True):
+        _grouped_bars(ax, {level_label(lv): t for lv, t in results[bench]["levels"].items()},
+                      ks)
+        ax.set_title(f"{bench} by MATH difficulty level")
+    return save_figure(fig, path)
+
+
+def write_results(results: Mapping[str, Any], output_dir: Path) -> None:
+    """results.json, results.md and results.png into output_dir."""
+    write_json(output_dir / RESULTS_FILE, dict(results))
+    (output_dir / "results.md").write_text(results_markdown(results), encoding="utf-8")
+    plot_results(results, output_dir / "results.png")

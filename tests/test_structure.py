@@ -1,0 +1,127 @@
+"""The import rules of DESIGN.md, checked statically over src/groupwise: no two modules import
+each other, directly or round a longer loop (imports inside functions and
+importlib.import_module("groupwise....") calls included); nothing imports cli; algorithms
+import nothing else of the project."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "groupwise"
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imported_names(path: Path, module: str) -> set[str]:
+    """Every dotted name `module` imports anywhere in its file, relative imports resolved."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names.add(node.args[0].value)
+    return names
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the project modules it imports (an import of one of its own parent packages,
+    which Python has already begun to run, is not an edge)."""
+    modules = _modules(root)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for name in _imported_names(path, module):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):
+                graph[module].add(name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycle_finder_finds_direct_and_longer_loops() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}
+    assert sorted(cycles(graph)) == [["a", "b", "c"], ["d", "e"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_import_graph_sees_imports_inside_functions(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "sub" / "__init__.py").write_text("from . import b\n")
+    (root / "a.py").write_text("def f():\n    from pkg.sub.b import g\n")
+    (root / "sub" / "b.py").write_text(
+        "import importlib\nfrom .. import a\nfrom pkg import sub\n"
+        "def h():\n    importlib.import_module('pkg.c')\n")
+    (root / "c.py").write_text("")
+    graph = import_graph(root)
+    # b -> sub (its own package) is not an edge; sub -> b is
+    assert graph == {"pkg": set(), "pkg.sub": {"pkg.sub.b"}, "pkg.a": {"pkg.sub.b"},
+                     "pkg.sub.b": {"pkg.a", "pkg.c"}, "pkg.c": set()}
+    assert cycles(graph) == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_no_import_cycles() -> None:
+    loops = cycles(import_graph())
+    assert not loops, "modules that import each other: " + "; ".join(" <-> ".join(c)
+                                                                      for c in loops)
+
+
+def test_nothing_imports_cli_and_algorithms_import_only_themselves() -> None:
+    graph = import_graph()
+    assert [m for m, deps in graph.items()
+            if "groupwise.cli" in deps and m != "groupwise.__main__"] == []
+    for module in (m for m in graph if m.startswith("groupwise.algorithms")):
+        outside = {d for d in graph[module] if not d.startswith("groupwise.algorithms")}
+        assert not outside, f"{module} imports {sorted(outside)}"
