@@ -38,14 +38,33 @@ from groupwise.rewards.judging import (
 )
 
 if TYPE_CHECKING:
-    from groupwise.rewards.suite import AMIR_GRPO_WEIGHTS, LENS_WEIGHTS, RewardSuite, Scores
+    from groupwise.rewards.suite import (
+        AMIR_GRPO_CHECKING,
+        AMIR_GRPO_GROUPWISE_WEIGHTS,
+        AMIR_GRPO_WEIGHTS,
+        LENS_CHECKING,
+        LENS_WEIGHTS,
+        RewardSuite,
+        Scores,
+    )
 
-_LAZY = {"RewardSuite", "Scores", "AMIR_GRPO_WEIGHTS", "LENS_WEIGHTS"}
+_LAZY = {
+    "RewardSuite",
+    "Scores",
+    "AMIR_GRPO_CHECKING",
+    "AMIR_GRPO_GROUPWISE_WEIGHTS",
+    "AMIR_GRPO_WEIGHTS",
+    "LENS_CHECKING",
+    "LENS_WEIGHTS",
+}
 
 __all__ = [
+    "AMIR_GRPO_CHECKING",
+    "AMIR_GRPO_GROUPWISE_WEIGHTS",
     "AMIR_GRPO_WEIGHTS",
     "COMPONENTS",
     "DEFAULT_MODE",
+    "LENS_CHECKING",
     "LENS_WEIGHTS",
     "MODES",
     "STATUSES",

@@ -29,8 +29,8 @@ __all__ = [
 ]
 
 OFFICIAL_TOLERANCE = 1e-3
-"""`correctness_reward_func(tol=1e-3)`: math.isclose with rel_tol = abs_tol = 1e-3, so large
-numbers are compared relatively (1000 and 1001 are equal, 18 and 18.01 are not)."""
+"""`correctness_reward_func(tol=1e-3)`: math.isclose with rel_tol = abs_tol = 1e-3, so numbers
+above 1 are compared relatively: 1000 and 1001 are equal, 18 and 18.1 are not."""
 
 # `_NUMBER_RE`: an optional sign (ASCII or Unicode minus), an integer with or without comma
 # thousands, an optional decimal part and exponent, an optional percent sign; not glued to a
