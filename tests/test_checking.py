@@ -244,6 +244,39 @@ def test_math_verify_mode_is_math_verify_itself(math_verify_verdicts: list[Verdi
         assert verdict.correct == verify(gold_parsed, answer_parsed, timeout_seconds=None)
 
 
+# (completion, gold, expected status) under mode "amir_eval": the AMIR-GRPO evaluation grader's
+# reading (an <answer>...</answer> block is required; the last box after the last <answer>, else
+# all the text after it), our equivalence.
+AMIR_EVAL_CASES = [
+    ("<think> 9 * 2 </think> <answer> \\boxed{18} </answer> <confidence> 0.9 </confidence>", "18",
+     "correct"),
+    ("<think> 9 * 2 </think> so \\boxed{18}", "18", "no_answer"),  # no answer block: graded 0
+    ("<answer> 18", "18", "no_answer"),  # never closed
+    ("<answer> 18 </answer>", "18", "correct"),
+    ("<answer> 18 </answer> <confidence> 0.9 </confidence>", "18", "wrong"),  # all of it is read
+    ("<answer> \\boxed {18} </answer>", "18", "no_answer"),  # only "\\boxed{" is unboxed
+    ("<answer> \\boxed{7} </answer> <answer> \\boxed{8} </answer>", "8", "correct"),
+    ("<answer> \\boxed{\\frac{1}{2}} </answer>", "0.5", "correct"),
+    ("<answer> \\boxed{C} </answer>", "(C)", "correct"),
+    ("<answer> \\boxed{(B)} </answer>", "C", "wrong"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(AMIR_EVAL_CASES)))
+def test_amir_eval_mode(case: int) -> None:
+    completion, gold, expected = AMIR_EVAL_CASES[case]
+    assert judge(completion, gold, "amir_eval").status == expected, (completion, gold)
+
+
+def test_amir_eval_through_the_pool_with_a_timeout() -> None:
+    completions = [f"<answer> {POWER_TOWER} </answer>", AMIR_EVAL_CASES[0][0], "no block"]
+    with AnswerChecker(workers=1, timeout=1.0) as checker:
+        verdicts = checker.check(completions, ["5", "18", "18"], mode="amir_eval")
+    assert verdicts[0].status == "timeout"
+    assert verdicts[0].extracted == "9^{9^{9^{9^{9}}}}"  # the official reading, in the parent
+    assert [v.status for v in verdicts[1:]] == ["correct", "no_answer"]
+
+
 def test_unknown_mode_is_named() -> None:
     with pytest.raises(ValueError, match=r"unknown checking mode 'verify'.*'amir_eval'"):
         check_answers(["#### 1"], ["1"], mode="verify")
