@@ -6,6 +6,10 @@ Workloads, N completions each, half of them wrong:
 - math500: `The answer is $\\boxed{gold}$` for MATH-500 golds, the wrong ones `\\boxed{gold + 1}`
   (another letter for the three option-letter golds): unequal non-numeric answers go through
   math-verify (sympy).
+- unboxed (N/4 completions): MATH-500 reference solutions with their box removed (LaTeX prose
+  of about 500 characters, the answer in the last formula): no rule of ours applies, so
+  math-verify's extraction reads the whole text (older code took the last number). Its
+  verdict counts show how many each version gets right; all are right in principle.
 
 Each measurement runs in a child process on the code found on its PYTHONPATH, so that this
 checkout ("new") and another one ("old", `--baseline OTHER/src`) are measured alternately,
@@ -75,6 +79,22 @@ def math500_batch(n: int) -> tuple[list[str], list[str]]:
     return texts, golds
 
 
+def unboxed_batch(n: int) -> tuple[list[str], list[str]]:
+    """n MATH-500 reference solutions without their `\\boxed{}` (its content stays), and golds."""
+    from groupwise.data import load_benchmark
+    from groupwise.rewards.extract import last_boxed
+
+    problems = load_benchmark("math500")
+    texts, golds = [], []
+    for i in range(n):
+        problem = problems[i % len(problems)]
+        solution = problem.meta["solution"]
+        content = last_boxed(solution)
+        texts.append(solution.replace(f"\\boxed{{{content}}}", content or ""))
+        golds.append(problem.answer)
+    return texts, golds
+
+
 def measure(n: int, workers: int, repeats: int, mode: str | None) -> dict:
     """One child run: seconds per batch and the verdict counts of each workload's last batch.
     mode None: the checker's default (the only choice older code has)."""
@@ -98,6 +118,11 @@ def measure(n: int, workers: int, repeats: int, mode: str | None) -> dict:
         verdicts = checker.check(texts, golds, **options)
         rows.append(["math500 `\\boxed{}`, warm", n, time.perf_counter() - start])
         summaries["math500"] = summarize(verdicts)
+        texts, golds = unboxed_batch(n // 4)
+        start = time.perf_counter()
+        verdicts = checker.check(texts, golds, **options)
+        rows.append(["unboxed MATH-500 solutions, warm", n // 4, time.perf_counter() - start])
+        summaries["unboxed"] = summarize(verdicts)
     return {"rows": rows, "summaries": summaries}
 
 
@@ -120,21 +145,22 @@ def _rate(answers: int, seconds: float) -> str:
 
 
 def table(runs: dict[str, list[dict]]) -> str:
-    """Median seconds and answers/s per workload row and code version, with every round."""
-    names = list(runs)
-    header = "| run | answers | " + " | ".join(
-        f"{name}: median s | {name}: answers/s | {name}: rounds (s)" for name in names
-    )
-    lines = [header + " |", "|---|---|" + "---|---|---|" * len(names)]
-    first = runs[names[0]][0]["rows"]
+    """One row per workload and code version: median seconds over rounds, answers per second
+    at the median, and every round's seconds."""
+    lines = [
+        "| run | version | answers | median s | answers/s | rounds (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    first = next(iter(runs.values()))[0]["rows"]
     for i, (label, answers, _) in enumerate(first):
-        cells = [label, str(answers)]
-        for name in names:
-            seconds = [run["rows"][i][2] for run in runs[name]]
+        for name, version_runs in runs.items():
+            seconds = [run["rows"][i][2] for run in version_runs]
             median = statistics.median(seconds)
             rounds = ", ".join(f"{s:.3f}" for s in seconds)
-            cells += [f"{median:.3f}", _rate(answers, median), rounds]
-        lines.append("| " + " | ".join(cells) + " |")
+            lines.append(
+                f"| {label} | {name} | {answers} | {median:.3f} | {_rate(answers, median)} "
+                f"| {rounds} |"
+            )
     return "\n".join(lines)
 
 
@@ -199,7 +225,7 @@ def main() -> int:
         for name, _, mode in versions
         if mode in (None, "groupwise")  # the other modes read these answers differently
         for workload, counts in runs[name][-1]["summaries"].items()
-        if counts["correct"] != expected
+        if workload != "unboxed" and counts["correct"] != expected
     }
     if off:
         print(f"unexpected correct counts {off}, expected {expected} each")

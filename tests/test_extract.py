@@ -232,6 +232,7 @@ HUGE_INPUTS = {
     "one long word after the answer phrase": "the answer is " + "a" * 100_000,
     "dollars on one line": "$ " * 50_000,
     "final answer lines": "\\boxed{1} " + "Final answer: " * 20_000,
+    "boxes in one display after many": "$$a$$ " * 20_000 + "$$" + "\\boxed{1} x " * 20_000 + "$$",
 }
 
 

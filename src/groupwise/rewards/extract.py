@@ -31,6 +31,7 @@ process reports for a check that timed out. Multiple-choice answers (a letter A-
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -195,11 +196,13 @@ def find_boxed(text: str) -> list[str]:
     return [content for _, _, content in _box_spans(text)]
 
 
-def _display_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of the `$$...$$` and `\\[...\\]` spans of `text`. Linear: a delimiter
-    that never closes ends the scan for its kind (no later one can close either)."""
-    spans = []
+def _display_spans(text: str) -> list[list[tuple[int, int]]]:
+    """(start, end) of the `$$...$$` spans and of the `\\[...\\]` spans of `text`, in order
+    (two lists, each of disjoint spans). Linear: a delimiter that never closes ends the scan
+    for its kind (no later one can close either)."""
+    kinds = []
     for left, right in (("$$", "$$"), ("\\[", "\\]")):
+        spans = []
         pos = 0
         while (start := text.find(left, pos)) >= 0:
             end = text.find(right, start + len(left))
@@ -207,7 +210,17 @@ def _display_spans(text: str) -> list[tuple[int, int]]:
                 break
             spans.append((start, end + len(right)))
             pos = end + len(right)
-    return spans
+        kinds.append(spans)
+    return kinds
+
+
+def _containers(kinds: list[list[tuple[int, int]]], start: int, end: int) -> tuple[int, ...]:
+    """For each kind of display span, the index of the span holding [start, end), else -1."""
+    found = []
+    for spans in kinds:
+        i = bisect.bisect_right(spans, start, key=lambda span: span[0]) - 1
+        found.append(i if i >= 0 and spans[i][0] <= start and end <= spans[i][1] else -1)
+    return tuple(found)
 
 
 def box_group(text: str) -> list[str]:
@@ -219,15 +232,25 @@ def box_group(text: str) -> list[str]:
     both, as math-verify reads them. `\\boxed{(1, 2)}, \\boxed{(2, 1)}` gives both pairs;
     `\\boxed{3} so the total is \\boxed{5}` only "5".
     """
+    return _box_group(text)[0]
+
+
+def _box_group(text: str) -> tuple[list[str], int]:
+    """(`box_group`'s contents, the end of the last box of `text`; 0 without a box)."""
     spans = _box_spans(text)
     if not spans:
-        return []
+        return [], 0
     displays = _display_spans(text)
 
     def together(left: tuple[int, int, str], right: tuple[int, int, str]) -> bool:
         if _BOX_JOIN.match(text, left[1], right[0]):
             return True
-        return any(start <= left[0] and right[1] <= end for start, end in displays)
+        shared = zip(
+            _containers(displays, left[0], left[1]),
+            _containers(displays, right[0], right[1]),
+            strict=True,
+        )
+        return any(a >= 0 and a == b for a, b in shared)
 
     first = len(spans) - 1
     while first > 0 and together(spans[first - 1], spans[first]):
@@ -236,7 +259,7 @@ def box_group(text: str) -> list[str]:
     for _, _, content in spans[first:]:
         if all(_squash_spaces(content) != _squash_spaces(seen) for seen in contents):
             contents.append(content)
-    return contents
+    return contents, spans[-1][1]
 
 
 def _squash_spaces(text: str) -> str:
@@ -389,18 +412,14 @@ class Reading:
     fallback: str | None
 
 
-def _joined_boxes(region: str) -> str | None:
-    contents = [c for c in map(clean_answer, box_group(region)) if c is not None]
-    return ", ".join(contents) if contents else None
-
-
 def read_answer(completion: str) -> Reading:
     """The rule-based reading of `completion` (module docstring); no math-verify."""
     region, in_block = answer_region(completion)
-    boxed = _joined_boxes(region)
-    if boxed is not None:
-        final = _final_answer(region[_box_spans(region)[-1][1] :])
-        return Reading(final or boxed, region, None)
+    group, last_box_end = _box_group(region)
+    contents = [c for c in map(clean_answer, group) if c is not None]
+    if contents:
+        final = _final_answer(region[last_box_end:])
+        return Reading(final or ", ".join(contents), region, None)
     if in_block:
         found = _phrase_answer(region) or _hash_answer(region)
         if found is None:

@@ -274,7 +274,9 @@ def judge_groupwise(completion: str, gold: str) -> Verdict:
     return _decided(equivalent, answer, how)
 
 
+@lru_cache(maxsize=4096)
 def _math_verify_gold(gold: str) -> tuple[Any, ...]:
+    """math-verify's default parse of a gold (see `judge_math_verify`); cached per gold."""
     from math_verify import parse
 
     text = gold if _OWN_DELIMITERS.search(gold) else f"\\boxed{{{gold}}}"
