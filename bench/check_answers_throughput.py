@@ -6,32 +6,47 @@ Workloads, N completions each, half of them wrong:
 - math500: `The answer is $\\boxed{gold}$` for MATH-500 golds, the wrong ones `\\boxed{gold + 1}`
   (another letter for the three option-letter golds): unequal non-numeric answers go through
   math-verify (sympy).
+- unboxed (N/4 completions): MATH-500 reference solutions with their box removed (LaTeX prose
+  of about 500 characters, the answer in the last formula): no rule of ours applies, so
+  math-verify's extraction reads the whole text (older code took the last number). Its
+  verdict counts show how many each version gets right; all are right in principle.
 
-Prints a table and writes bench/results/check_answers_throughput.md (command, machine, date).
+Each measurement runs in a child process on the code found on its PYTHONPATH, so that this
+checkout ("new") and another one ("old", `--baseline OTHER/src`) are measured alternately,
+round after round, under the same load; the load average is recorded before every run. The
+table gives the median over rounds (and every round). Writes
+bench/results/check_answers_throughput.md (command, machine, date, table).
 
-    python bench/check_answers_throughput.py --n 1000 --workers 2
+    python bench/check_answers_throughput.py --n 1000 --workers 2 --rounds 3 \\
+        --baseline /work/main/src
+    python bench/check_answers_throughput.py --modes   # the checking modes of this checkout
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from groupwise.data import load_benchmark
-from groupwise.rewards import AnswerChecker, summarize
-from groupwise.rewards.extract import gold_choice
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "check_answers_throughput.md"
+# amir_eval is left out: these completions have no <answer> block, so it reads none of them.
+MODES = ("groupwise", "math_verify", "amir_official")
+os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
 
-RESULTS = Path(__file__).resolve().parent / "results" / "check_answers_throughput.md"
 
-
-def gsm8k_batch(n: int, data_dir: str | None) -> tuple[list[str], list[str]]:
+def gsm8k_batch(n: int) -> tuple[list[str], list[str]]:
     """n GSM8K-style completions and their golds; odd indices carry a wrong answer."""
-    problems = load_benchmark("gsm8k", "test", data_dir=data_dir)
+    from groupwise.data import load_benchmark
+
+    problems = load_benchmark("gsm8k", "test")
     texts, golds = [], []
     for i in range(n):
         problem = problems[i % len(problems)]
@@ -44,9 +59,12 @@ def gsm8k_batch(n: int, data_dir: str | None) -> tuple[list[str], list[str]]:
     return texts, golds
 
 
-def math500_batch(n: int, data_dir: str | None) -> tuple[list[str], list[str]]:
+def math500_batch(n: int) -> tuple[list[str], list[str]]:
     """n boxed MATH-500 answers and their golds; odd indices box `gold + 1` (wrong)."""
-    problems = load_benchmark("math500", data_dir=data_dir)
+    from groupwise.data import load_benchmark
+    from groupwise.rewards.extract import gold_choice
+
+    problems = load_benchmark("math500")
     texts, golds = [], []
     for i in range(n):
         gold = problems[i % len(problems)].answer
@@ -61,58 +79,132 @@ def math500_batch(n: int, data_dir: str | None) -> tuple[list[str], list[str]]:
     return texts, golds
 
 
+def unboxed_batch(n: int) -> tuple[list[str], list[str]]:
+    """n MATH-500 reference solutions without their `\\boxed{}` (its content stays), and golds."""
+    from groupwise.data import load_benchmark
+    from groupwise.rewards.extract import last_boxed
+
+    problems = load_benchmark("math500")
+    texts, golds = [], []
+    for i in range(n):
+        problem = problems[i % len(problems)]
+        solution = problem.meta["solution"]
+        content = last_boxed(solution)
+        texts.append(solution.replace(f"\\boxed{{{content}}}", content or ""))
+        golds.append(problem.answer)
+    return texts, golds
+
+
+def measure(n: int, workers: int, repeats: int, mode: str | None) -> dict:
+    """One child run: seconds per batch and the verdict counts of each workload's last batch.
+    mode None: the checker's default (the only choice older code has)."""
+    from groupwise.rewards import AnswerChecker, summarize
+
+    options = {} if mode is None else {"mode": mode}
+    rows, summaries = [], {}
+    with AnswerChecker(workers=workers) as checker:
+        texts, golds = gsm8k_batch(n)
+        start = time.perf_counter()
+        checker.check(texts[:1], golds[:1], **options)
+        rows.append(["first call: starts the workers, 1 answer", 1, time.perf_counter() - start])
+        for repeat in range(repeats):
+            start = time.perf_counter()
+            verdicts = checker.check(texts, golds, **options)
+            elapsed = time.perf_counter() - start
+            rows.append([f"gsm8k `#### N`, warm, batch {repeat + 1}", n, elapsed])
+        summaries["gsm8k"] = summarize(verdicts)
+        texts, golds = math500_batch(n)
+        start = time.perf_counter()
+        verdicts = checker.check(texts, golds, **options)
+        rows.append(["math500 `\\boxed{}`, warm", n, time.perf_counter() - start])
+        summaries["math500"] = summarize(verdicts)
+        texts, golds = unboxed_batch(n // 4)
+        start = time.perf_counter()
+        verdicts = checker.check(texts, golds, **options)
+        rows.append(["unboxed MATH-500 solutions, warm", n // 4, time.perf_counter() - start])
+        summaries["unboxed"] = summarize(verdicts)
+    return {"rows": rows, "summaries": summaries}
+
+
+def run_child(src: Path, args: argparse.Namespace, mode: str | None) -> dict:
+    """`measure` in a fresh interpreter importing groupwise from `src`; adds the load average
+    seen just before it started."""
+    load = os.getloadavg()[0]
+    env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS="1")
+    command = [sys.executable, __file__, "--child", "--n", str(args.n)]
+    command += ["--workers", str(args.workers), "--repeats", str(args.repeats)]
+    command += ["--mode", mode] if mode else []
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    result["load"] = load
+    return result
+
+
+def _rate(answers: int, seconds: float) -> str:
+    return f"{answers / seconds:.0f}" if answers > 1 else "-"
+
+
+def table(runs: dict[str, list[dict]]) -> str:
+    """One row per workload and code version: median seconds over rounds, answers per second
+    at the median, and every round's seconds."""
+    lines = [
+        "| run | version | answers | median s | answers/s | rounds (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    first = next(iter(runs.values()))[0]["rows"]
+    for i, (label, answers, _) in enumerate(first):
+        for name, version_runs in runs.items():
+            seconds = [run["rows"][i][2] for run in version_runs]
+            median = statistics.median(seconds)
+            rounds = ", ".join(f"{s:.3f}" for s in seconds)
+            lines.append(
+                f"| {label} | {name} | {answers} | {median:.3f} | {_rate(answers, median)} "
+                f"| {rounds} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000, help="completions per workload")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--repeats", type=int, default=3, help="timed gsm8k batches")
-    parser.add_argument("--data-dir", default=None, help="benchmark folder (default: env)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    parser.add_argument("--baseline", type=Path, default=None, help="src folder of old code")
+    parser.add_argument("--modes", action="store_true", help="measure every checking mode")
+    parser.add_argument("--mode", default=None, choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.n, args.workers, args.repeats, args.mode)))
+        return 0
 
-    rows = []
-    summaries = {}
-    with AnswerChecker(workers=args.workers) as checker:
-        texts, golds = gsm8k_batch(args.n, args.data_dir)
-        start = time.perf_counter()
-        checker.check(texts[:1], golds[:1])
-        rows.append(("first call: starts the workers, 1 answer", 1, time.perf_counter() - start))
-        for repeat in range(args.repeats):
-            start = time.perf_counter()
-            verdicts = checker.check(texts, golds)
-            rows.append(
-                (f"gsm8k `#### N`, warm, batch {repeat + 1}", args.n, time.perf_counter() - start)
-            )
-        summaries["gsm8k"] = summarize(verdicts)
-        texts, golds = math500_batch(args.n, args.data_dir)
-        start = time.perf_counter()
-        verdicts = checker.check(texts, golds, progress=True)
-        rows.append(
-            (
-                "math500 `\\boxed{}`, warm (wrong half: math-verify)",
-                args.n,
-                time.perf_counter() - start,
-            )
-        )
-        summaries["math500"] = summarize(verdicts)
-
-    lines = [
-        "| run | answers | seconds | answers/s |",
-        "|---|---|---|---|",
-        *(
-            f"| {name} | {k} | {s:.3f} | {k / s:.0f} |"
-            if k > 1
-            else f"| {name} | {k} | {s:.3f} | - |"
-            for name, k, s in rows
-        ),
+    versions: list[tuple[str, Path, str | None]] = []
+    if args.baseline is not None:
+        versions.append((f"old ({args.baseline})", args.baseline, None))
+    modes = MODES if args.modes else (None,)
+    versions += [
+        ("new" if mode is None else f"new, {mode}", REPO / "src", mode) for mode in modes
     ]
-    table = "\n".join(lines)
-    verdict_lines = "\n".join(f"- {name}: {counts}" for name, counts in summaries.items())
-    print(table)
-    print(verdict_lines)
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in versions}
+    for round_ in range(args.rounds):
+        for name, src, mode in versions:
+            runs[name].append(run_child(src, args, mode))
+            print(f"round {round_ + 1} {name}: load {runs[name][-1]['load']:.2f}", flush=True)
+    text = table(runs)
+    loads = "; ".join(
+        name + ": " + ", ".join(f"{run['load']:.2f}" for run in runs[name]) for name in runs
+    )
+    verdicts = "\n".join(
+        f"- {name}, {workload}: {counts}"
+        for name in runs
+        for workload, counts in runs[name][-1]["summaries"].items()
+    )
+    print(text)
+    print(verdicts)
     machine = (
         f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
-        f"Python {platform.python_version()}; load average at the end "
-        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (other jobs share the CPUs)"
+        f"Python {platform.python_version()} (other jobs share the CPUs)"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
@@ -121,14 +213,22 @@ def main() -> int:
         f"Machine: {machine}\n\n"
         f"Date: {datetime.datetime.now().isoformat(timespec='seconds')}\n\n"
         f"{args.n} completions per workload, half wrong; {args.workers} worker processes, one "
-        f"task per worker at a time, 5 s timeout per answer.\n\n"
-        f"{table}\n\nVerdicts (last batch of each workload):\n\n{verdict_lines}\n"
+        f"task per worker at a time, 5 s timeout per answer. Each run is a fresh process; "
+        f"the versions alternate within each of {args.rounds} rounds.\n\n"
+        f"1-minute load average before each run, in round order: {loads}\n\n"
+        f"{text}\n\nVerdicts (last round, last batch of each workload):\n\n{verdicts}\n"
     )
     print(f"wrote {RESULTS}")
     expected = (args.n + 1) // 2
-    wrong_counts = {k: c["correct"] for k, c in summaries.items() if c["correct"] != expected}
-    if wrong_counts:
-        print(f"unexpected correct counts {wrong_counts}, expected {expected} each")
+    off = {
+        (name, workload): counts["correct"]
+        for name, _, mode in versions
+        if mode in (None, "groupwise")  # the other modes read these answers differently
+        for workload, counts in runs[name][-1]["summaries"].items()
+        if workload != "unboxed" and counts["correct"] != expected
+    }
+    if off:
+        print(f"unexpected correct counts {off}, expected {expected} each")
         return 1
     return 0
 

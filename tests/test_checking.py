@@ -194,14 +194,100 @@ def test_check_answers_from_a_non_main_thread() -> None:
     def work() -> None:
         results.append(check_answers(["\\boxed{0.5}", "#### 7"], ["\\frac{1}{2}", "8"]))
         results.append(is_correct("x = \\boxed{3}", "3"))
+        results.append(is_correct("we get $\\frac13$", "1/3", mode="math_verify"))
 
     thread = threading.Thread(target=work)
     thread.start()
     thread.join(timeout=60)
     assert not thread.is_alive()
-    verdicts, single = results
+    verdicts, single, math_verify_mode = results
     assert [v.status for v in verdicts] == ["correct", "wrong"]
     assert single is True
+    assert math_verify_mode is True
+
+
+# (completion, gold, expected status) under mode "math_verify": math-verify's defaults on the
+# whole completion, whatever our own rules would say.
+MATH_VERIFY_CASES = [
+    ("<think>it is \\boxed{3}</think> so it is 5", "3", "correct"),  # reasoning is read too
+    ("<think>it is \\boxed{3}</think> so it is 5", "5", "wrong"),  # ...and its box comes first
+    ("So the ratio is $\\frac13$.", "1/3", "correct"),
+    ("\\boxed{\\sqrt{2}}", "\\sqrt{2}", "correct"),  # a bare gold is read boxed, not as "2"
+    ("#### 1,000", "1000", "correct"),
+    ("\\boxed{(3,2)}", "$(p,q)=(3,2)$", "correct"),
+    ("\\boxed{1},\\boxed{2},\\boxed{3}", "$\\{1,2,3\\}$", "correct"),
+    ("The answer is (C).", "C", "no_answer"),  # no multiple-choice rule
+    ("<answer>18</answer> <confidence>0.9</confidence>", "18", "no_answer"),  # ">18<": no match
+    ("I do not know.", "5", "no_answer"),
+]
+
+
+@pytest.fixture(scope="module")
+def math_verify_verdicts() -> list[Verdict]:
+    completions = [c for c, _, _ in MATH_VERIFY_CASES]
+    return check_answers(completions, [g for _, g, _ in MATH_VERIFY_CASES], mode="math_verify")
+
+
+@pytest.mark.parametrize("case", range(len(MATH_VERIFY_CASES)))
+def test_math_verify_mode(case: int, math_verify_verdicts: list[Verdict]) -> None:
+    completion, gold, expected = MATH_VERIFY_CASES[case]
+    assert math_verify_verdicts[case].status == expected, (completion, gold)
+
+
+def test_math_verify_mode_is_math_verify_itself(math_verify_verdicts: list[Verdict]) -> None:
+    # The mode's verdict is exactly verify(parse(gold), parse(completion)) with the defaults.
+    from math_verify import parse, verify
+
+    for (completion, gold, _), verdict in zip(MATH_VERIFY_CASES, math_verify_verdicts, strict=True):
+        gold_parsed = parse(gold if "$" in gold else f"\\boxed{{{gold}}}", parsing_timeout=None)
+        answer_parsed = parse(completion, parsing_timeout=None)
+        assert verdict.correct == verify(gold_parsed, answer_parsed, timeout_seconds=None)
+
+
+# (completion, gold, expected status) under mode "amir_eval": the AMIR-GRPO evaluation grader's
+# reading (an <answer>...</answer> block is required; the last box after the last <answer>, else
+# all the text after it), our equivalence.
+AMIR_EVAL_CASES = [
+    ("<think> 9 * 2 </think> <answer> \\boxed{18} </answer> <confidence> 0.9 </confidence>", "18",
+     "correct"),
+    ("<think> 9 * 2 </think> so \\boxed{18}", "18", "no_answer"),  # no answer block: graded 0
+    ("<answer> 18", "18", "no_answer"),  # never closed
+    ("<answer> 18 </answer>", "18", "correct"),
+    ("<answer> 18 </answer> <confidence> 0.9 </confidence>", "18", "wrong"),  # all of it is read
+    ("<answer> \\boxed {18} </answer>", "18", "no_answer"),  # only "\\boxed{" is unboxed
+    ("<answer> \\boxed{7} </answer> <answer> \\boxed{8} </answer>", "8", "correct"),
+    ("<answer> \\boxed{\\frac{1}{2}} </answer>", "0.5", "correct"),
+    ("<answer> \\boxed{C} </answer>", "(C)", "correct"),
+    ("<answer> \\boxed{(B)} </answer>", "C", "wrong"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(AMIR_EVAL_CASES)))
+def test_amir_eval_mode(case: int) -> None:
+    completion, gold, expected = AMIR_EVAL_CASES[case]
+    assert judge(completion, gold, "amir_eval").status == expected, (completion, gold)
+
+
+def test_amir_eval_through_the_pool_with_a_timeout() -> None:
+    completions = [f"<answer> {POWER_TOWER} </answer>", AMIR_EVAL_CASES[0][0], "no block"]
+    with AnswerChecker(workers=1, timeout=1.0) as checker:
+        verdicts = checker.check(completions, ["5", "18", "18"], mode="amir_eval")
+    assert verdicts[0].status == "timeout"
+    assert verdicts[0].extracted == "9^{9^{9^{9^{9}}}}"  # the official reading, in the parent
+    assert [v.status for v in verdicts[1:]] == ["correct", "no_answer"]
+
+
+def test_unknown_mode_is_named() -> None:
+    with pytest.raises(ValueError, match=r"unknown checking mode 'verify'.*'amir_eval'"):
+        check_answers(["#### 1"], ["1"], mode="verify")
+
+
+def test_timeouts_in_the_math_verify_mode() -> None:
+    with AnswerChecker(workers=1, timeout=1.0) as checker:
+        verdicts = checker.check([POWER_TOWER, "#### 4"], ["5", "4"], mode="math_verify")
+        assert checker.restarts == 1
+    assert verdicts[0].status == "timeout" and verdicts[0].extracted is None
+    assert verdicts[1].correct
 
 
 def _check_in_child(queue: multiprocessing.Queue) -> None:

@@ -7,13 +7,17 @@ import time
 import pytest
 
 from groupwise.rewards.extract import (
+    Reading,
     answer_region,
+    box_group,
     clean_answer,
     extract_answer,
     extract_choice,
     find_boxed,
     gold_choice,
+    has_latex,
     last_boxed,
+    read_answer,
     strip_reasoning,
 )
 
@@ -62,6 +66,15 @@ EXTRACTION_CASES = [
     ("the value is 0.25", "0.25"),
     ("no number here", None),
     ("", None),
+    # several boxes joined by a connector are one answer; a "Final Answer" line restates it
+    ("\\boxed{1}, \\boxed{2} and \\boxed{3}", "1, 2, 3"),
+    ("\\boxed{3} so the total is \\boxed{5}", "5"),
+    ("\\boxed{12}\nFinal Answer: The final answer is $15$. I hope it is correct.", "15"),
+    ("\\boxed{12}\nFinal Answer: The final answer is \\boxed{12} or so", "12"),
+    # no last number when LaTeX math is there (math-verify reads it in `judging`)
+    ("So the ratio is $\\frac13$.", None),
+    ("it is \\frac{10}{9}", None),
+    ("Final Answer: The largest $n$ is 34.", "The largest $n$ is 34"),  # prose: a fallback
 ]
 
 
@@ -110,6 +123,56 @@ def test_gold_choice(gold: str, expected: str | None) -> None:
     assert gold_choice(gold) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("\\boxed{(1, 2)}, \\boxed{(2, 1)}", ["(1, 2)", "(2, 1)"]),
+        ("$\\boxed{-2}$ and $\\boxed{5}$", ["-2", "5"]),
+        ("\\boxed{a} \\quad \\text{and} \\quad \\boxed{b}", ["a", "b"]),
+        ("\\boxed{a}; \\boxed{b} or \\boxed{c}", ["a", "b", "c"]),
+        ("$$\\boxed{2} \\text{ for part (a), } \\boxed{9}$$", ["2", "9"]),  # one display span
+        ("\\boxed{2} \\text{ for part (a), } \\boxed{9}", ["9"]),
+        ("\\boxed{7}\n\n\\boxed{ 7 }", ["7"]),  # a repeat counts once
+        ("\\boxed{3}. Then the total is \\boxed{5}.", ["5"]),
+        ("\\boxed{1} x \\boxed{2}, \\boxed{3}", ["2", "3"]),
+        ("no box", []),
+    ],
+)
+def test_box_group(text: str, expected: list[str]) -> None:
+    assert box_group(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("$\\frac13$", True),
+        ("so $x$ is", True),
+        ("\\( 9 \\)", True),
+        ("\\[ 9 \\]", True),
+        ("\\frac{10}{9}", True),
+        ("\\sqrt3", True),
+        ("it costs $5 in total", False),  # a lone dollar is currency
+        ("\\boxed{} and \\text{cm}", False),
+        ("5 \\% and \\$3", False),
+        ("plain 42", False),
+    ],
+)
+def test_has_latex(text: str, expected: bool) -> None:
+    assert has_latex(text) is expected
+
+
+def test_read_answer_splits_rules_region_and_fallback() -> None:
+    assert read_answer("<think>x</think> so \\boxed{4}") == Reading("4", "  so \\boxed{4}", None)
+    # Nothing our rules take: math-verify looks at the region; the prose value is the fallback.
+    assert read_answer("<answer> The largest $n$ is 34 </answer>") == Reading(
+        None, " The largest $n$ is 34 ", "The largest $n$ is 34"
+    )
+    assert read_answer("we get $\\frac13$") == Reading(None, "we get $\\frac13$", None)
+    assert read_answer("5 apples, then 7") == Reading(None, "5 apples, then 7", "7")
+    # A truncated box in an answer block: nothing may be read at all.
+    assert read_answer("<answer> \\boxed{12 ") == Reading(None, None, None)
+
+
 def test_find_boxed_outermost_in_order() -> None:
     text = "\\boxed{1} then \\fbox{\\boxed{2}} then \\boxed{a{b}c} and \\boxed{open"
     assert find_boxed(text) == ["1", "2", "a{b}c"]
@@ -136,6 +199,11 @@ def test_answer_region_last_block() -> None:
         ("12.", "12"),
         ("\\$18", "18"),
         ("1,000", "1000"),
+        ("7,425,000", "7425000"),
+        ("1 000", "1000"),
+        ("-12 345.5", "-12345.5"),
+        ("0,111", "0,111"),  # a decimal comma: no thousands group starts with 0
+        ("1,22", "1,22"),
         ("1, 2", "1, 2"),
         ("5 apples and pears", "5 apples and pears"),
         ("$5$ and $6$", "$5$ and $6$"),
@@ -158,6 +226,12 @@ HUGE_INPUTS = {
     "option then spaces": "option" + " " * 100_000,
     "digits": "9" * 100_000 + "x",
     "number then words": "5 " + "abc" * 30_000 + "1",
+    "unclosed display spans": "\\[" * 30_000 + "$$" + "x" * 30_000,
+    "connected boxes": "\\boxed{1}, " * 20_000,
+    "one long word after the answer phrase": "the answer is " + "a" * 100_000,
+    "dollars on one line": "$ " * 50_000,
+    "final answer lines": "\\boxed{1} " + "Final answer: " * 20_000,
+    "boxes in one display after many": "$$a$$ " * 20_000 + "$$" + "\\boxed{1} x " * 20_000 + "$$",
 }
 
 

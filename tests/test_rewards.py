@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 
 import groupwise.rewards.suite as suite_module
 from groupwise.rewards import (
+    AMIR_GRPO_CHECKING,
+    AMIR_GRPO_GROUPWISE_WEIGHTS,
     AMIR_GRPO_WEIGHTS,
     COMPONENTS,
+    LENS_CHECKING,
     LENS_WEIGHTS,
     RewardSuite,
     Verdict,
@@ -24,10 +27,14 @@ from groupwise.rewards import (
 )
 from groupwise.rewards.components import (
     STRICT_FORMAT,
+    STRICT_FORMAT_OFFICIAL,
     calibration,
+    calibration_official,
     integer_answer,
+    integer_answer_official,
     matches_strict_format,
     strict_format,
+    strict_format_official,
     tag_count,
 )
 
@@ -44,7 +51,7 @@ WRONG = Verdict("wrong", "18", "numeric")
 
 
 def test_full_amir_completion_scores_every_component() -> None:
-    scores = RewardSuite(AMIR_GRPO_WEIGHTS).score([FULL, FULL], ["18", "17"])
+    scores = RewardSuite(AMIR_GRPO_GROUPWISE_WEIGHTS).score([FULL, FULL], ["18", "17"])
     columns = {name: column.tolist() for name, column in scores.columns.items()}
     assert columns["correctness"] == [2.0, 0.0]
     assert columns["format"] == [0.5, 0.5]
@@ -57,7 +64,7 @@ def test_full_amir_completion_scores_every_component() -> None:
     assert scores.correct.tolist() == [True, False]
     assert [v.status for v in scores.verdicts] == ["correct", "wrong"]
     assert scores.total.dtype == torch.float32 and scores.correct.dtype == torch.bool
-    assert scores.weights == AMIR_GRPO_WEIGHTS
+    assert scores.weights == AMIR_GRPO_GROUPWISE_WEIGHTS
 
 
 def test_trailing_text_breaks_format_and_costs_tag_count() -> None:
@@ -208,13 +215,13 @@ def test_unknown_or_empty_weights_rejected() -> None:
 def test_answers_checked_once_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def fake_check(completions, golds, workers, timeout):  # type: ignore[no-untyped-def]
-        calls.append(len(completions))
+    def fake_check(completions, golds, workers, timeout, mode):  # type: ignore[no-untyped-def]
+        calls.append((len(completions), mode))
         return [RIGHT] * len(completions)
 
     monkeypatch.setattr(suite_module, "check_answers", fake_check)
-    scores = RewardSuite(AMIR_GRPO_WEIGHTS).score([FULL] * 3, ["18"] * 3)
-    assert calls == [3]  # one check for all five components
+    scores = RewardSuite(AMIR_GRPO_WEIGHTS, checking="amir_official").score([FULL] * 3, ["18"] * 3)
+    assert calls == [(3, "amir_official")]  # one check for all five components, in its mode
     assert scores.correct.all()
 
 
@@ -245,3 +252,208 @@ def test_rewards_package_imports_without_torch() -> None:
     # The answer-checking workers import groupwise.rewards; torch is loaded only by RewardSuite.
     code = "import sys, groupwise.rewards; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ---------------------------------------------------------------------------------------------
+# The AMIR-GRPO official reward (REFERENCE.md 2; AMIR-GRPO Train/rewards.py), hand-computed on
+# completions in the format its system prompt asks for.
+
+UNBOXED = FULL.replace("\\boxed{18}", "18")
+NO_CONFIDENCE_UNBOXED = "<think> 9 * 2 = 18 </think> <answer> 18 </answer>"
+DECIMAL = (
+    "<think> 5 / 2 </think> <answer> \\boxed{2.5} </answer> "
+    "<analysis> one division </analysis> <confidence> 0.7 </confidence>"
+)
+FRACTION = (
+    "<think> 1 / 2 </think> <answer> \\boxed{\\frac{1}{2}} </answer> "
+    "<analysis> a half </analysis> <confidence> 0.8 </confidence>"
+)
+
+
+def test_official_amir_reward_on_the_prompt_format() -> None:
+    completions = [FULL, UNBOXED, NO_CONFIDENCE_UNBOXED, DECIMAL, FRACTION]
+    golds = ["18", "18", "18", "2.5", "0.5"]
+    scores = RewardSuite(AMIR_GRPO_WEIGHTS, checking=AMIR_GRPO_CHECKING).score(completions, golds)
+    columns = {name: column.tolist() for name, column in scores.columns.items()}
+    # correctness: the last brace-free box, else the last number anywhere. UNBOXED's last number
+    # is its confidence 0.9 (wrong); NO_CONFIDENCE_UNBOXED's is 18 (right); the box of FRACTION
+    # has braces inside, so its last number 0.8 is read (wrong).
+    assert columns["correctness"] == [2.0, 0.0, 2.0, 2.0, 0.0]
+    # format: four blocks and p in [0, 1]; NO_CONFIDENCE_UNBOXED has two blocks only.
+    assert columns["format_official"] == [0.5, 0.5, 0.0, 0.5, 0.5]
+    # integer: a number in the first <answer> block, decimals included ("2.5", the "2" of
+    # \\frac{1}{2}).
+    assert columns["integer_official"] == pytest.approx([0.2] * 5)
+    assert columns["tag_count"] == pytest.approx([0.2, 0.2, 0.1, 0.2, 0.2])
+    # calibration: 1 - (p - a)^2: 1 - 0.01; 1 - 0.81; p = 0.5 missing: 0.75; 1 - 0.09; 1 - 0.64
+    assert columns["calibration_official"] == pytest.approx([0.99, 0.19, 0.75, 0.91, 0.36])
+    assert scores.total.tolist() == pytest.approx(
+        [3.89, 0.0 + 0.5 + 0.2 + 0.2 + 0.19, 2.0 + 0.0 + 0.2 + 0.1 + 0.75, 3.81, 1.26]
+    )
+    assert [v.extracted for v in scores.verdicts] == ["18.0", "0.9", "18.0", "2.5", "0.8"]
+
+
+def test_official_and_groupwise_rewards_differ_where_the_paper_code_is_strict() -> None:
+    # Ours reads the unboxed answer block and pays the integer reward for integers only.
+    completions, golds = [UNBOXED, DECIMAL], ["18", "2.5"]
+    ours = RewardSuite(AMIR_GRPO_GROUPWISE_WEIGHTS).score(completions, golds)
+    official = RewardSuite(AMIR_GRPO_WEIGHTS, checking=AMIR_GRPO_CHECKING).score(completions, golds)
+    assert ours.columns["correctness"].tolist() == [2.0, 2.0]
+    assert official.columns["correctness"].tolist() == [0.0, 2.0]
+    assert ours.columns["integer"].tolist() == pytest.approx([0.2, 0.0])
+    assert official.columns["integer_official"].tolist() == pytest.approx([0.2, 0.2])
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "status", "extracted"),
+    [
+        ("\\boxed{1001}", "1000", "correct", "1001.0"),  # |1| <= 1e-3 * 1001
+        ("\\boxed{1002}", "1000", "wrong", "1002.0"),  # |2| > 1e-3 * 1002
+        ("\\boxed{0.5009}", "0.5", "correct", "0.5009"),  # |9e-4| <= abs_tol 1e-3
+        ("\\boxed{0.502}", "0.5", "wrong", "0.502"),
+        ("\\boxed{1,000}", "1000", "correct", "1000.0"),
+        ("\\boxed{50%}", "50", "correct", "50.0"),  # a trailing % is dropped
+        ("\\boxed{\u22125}", "-5", "correct", "-5.0"),  # a Unicode minus
+        ("\\boxed{15cm}", "15", "wrong", "1.0"),  # "15" is glued to "cm": the regex backs to "1"
+        ("\\boxed{x} then 7 and 8", "8", "correct", "8.0"),  # no number in the box: the last
+        ("<think>\\boxed{3}</think> so 5", "3", "correct", "3.0"),  # reasoning is read too
+        ("the answer is (C)", "C", "no_answer", None),
+        ("\\boxed{7}", "\\frac{7}{1}", "wrong", "7.0"),  # a non-numeric gold: compared as text
+    ],
+)
+def test_official_correctness(completion: str, gold: str, status: str, extracted: str) -> None:
+    from groupwise.rewards import judge
+
+    verdict = judge(completion, gold, "amir_official")
+    assert (verdict.status, verdict.extracted) == (status, extracted)
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("<answer> \\boxed{18} </answer>", 0.2),
+        ("<answer> about 3.5 apples </answer>", 0.2),  # decimals count
+        ("<ANSWER>12</ANSWER>", 0.2),  # tags in any case
+        ("<answer> \\boxed{x} </answer> 5", 0.0),  # the number must be inside the block
+        ("<answer> seven </answer>", 0.0),
+        ("<answer> 7", 0.0),  # no closed block
+        ("<answer> none </answer> <answer> 5 </answer>", 0.0),  # only the first block counts
+        ("the answer is 7", 0.0),
+    ],
+)
+def test_integer_official(completion: str, expected: float) -> None:
+    assert integer_answer_official(completion, RIGHT) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<confidence> 0.9 </confidence>", 0.9),
+        ("<confidence>.8</confidence>", 0.8),
+        ("<confidence> 85% </confidence>", 0.5),  # not a bare number: the default
+        ("<confidence> 0.7 (fairly sure) </confidence>", 0.5),
+        ("<confidence> 1.5 </confidence>", 1.0),  # clipped
+        ("<confidence> -0.2 </confidence>", 0.5),  # the sign is not read
+        ("<confidence> high </confidence> <confidence> 0.6 </confidence>", 0.6),  # first bare one
+        ("no block", 0.5),
+    ],
+)
+def test_calibration_official_reads_bare_numbers(text: str, expected: float) -> None:
+    # With a right answer, 1 - (p - 1)^2 gives p back.
+    assert calibration_official(text, RIGHT) == pytest.approx(1 - (expected - 1) ** 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "official", "ours"),
+    [
+        (FULL, 0.5, 0.5),
+        (FULL + "\nThanks", 0.5, 0.0),  # text on a later line: the official `$` is a line end
+        (FULL + "   \n\n Thanks", 0.5, 0.0),
+        (FULL + " Thanks", 0.0, 0.0),  # on the same line: no line end after </confidence>
+        (FULL.replace("0.9", "1.5"), 0.0, 0.0),
+        ("Sure! " + FULL, 0.0, 0.0),
+        (FULL + "\n<analysis> again </analysis> <confidence> 0.3 </confidence> x", 0.5, 0.0),
+    ],
+)
+def test_strict_format_official_is_line_anchored(text: str, official: float, ours: float) -> None:
+    assert strict_format_official(text, RIGHT) == official
+    assert strict_format(text, RIGHT) == ours
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from([*_PIECES, "\n x", " y"]), max_size=18),
+    st.lists(st.sampled_from([*_PIECES, "\n x", " y"]), max_size=4),
+    st.booleans(),
+)
+def test_official_format_search_agrees_with_the_official_regex(
+    pieces: list[str], noise: list[str], from_valid: bool
+) -> None:
+    if from_valid:
+        text = FULL
+        for i, piece in enumerate(noise):
+            cut = (len(text) * (i + 1)) // (len(noise) + 1)
+            text = text[:cut] + piece + text[cut:]
+    else:
+        text = "".join(pieces)
+    expected = bool(STRICT_FORMAT_OFFICIAL.match(text.strip()))
+    assert matches_strict_format(text, line_anchored=True) == expected
+
+
+def test_preset_constants() -> None:
+    assert AMIR_GRPO_CHECKING == "amir_official" and LENS_CHECKING == "math_verify"
+    assert set(AMIR_GRPO_WEIGHTS) == {
+        "correctness", "format_official", "integer_official", "tag_count", "calibration_official"
+    }
+    assert all(weight == 1.0 for weight in AMIR_GRPO_WEIGHTS.values())
+    with pytest.raises(ValueError, match=r"unknown checking mode 'official'.*'amir_official'"):
+        RewardSuite(LENS_WEIGHTS, checking="official")
+
+
+# ---------------------------------------------------------------------------------------------
+# A plugin component that misbehaves is named in the error (issue 14).
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), None, "0.5"])
+def test_a_component_returning_a_non_number_is_named(bad: object) -> None:
+    @register_component("broken_plugin_value")
+    def broken(completion: str, verdict: Verdict) -> float:
+        return bad if completion == "\\boxed{5}" else 0.0  # type: ignore[return-value]
+
+    try:
+        suite = RewardSuite({"binary": 1.0, "broken_plugin_value": 1.0})
+        with pytest.raises(ValueError) as raised:
+            suite.score(["\\boxed{4}", "\\boxed{5}"], ["4", "4"])
+        message = str(raised.value)
+        assert "'broken_plugin_value'" in message
+        assert f"{__name__}.test_a_component_returning_a_non_number_is_named" in message
+        assert f"returned {bad!r} for completion 1 of 2" in message
+    finally:
+        COMPONENTS.pop("broken_plugin_value")
+
+
+def test_a_component_that_raises_is_named() -> None:
+    @register_component("raising_plugin")
+    def raising(completion: str, verdict: Verdict) -> float:
+        raise KeyError("missing field")
+
+    try:
+        expected = r"'raising_plugin' \(.*raising\) raised on completion 0 of 1: KeyError"
+        with pytest.raises(RuntimeError, match=expected):
+            RewardSuite({"raising_plugin": 1.0}).score(["\\boxed{4}"], ["4"])
+    finally:
+        COMPONENTS.pop("raising_plugin")
+
+
+def test_numbers_of_other_types_are_accepted() -> None:
+    import numpy as np
+
+    @register_component("numpy_plugin")
+    def numpy_value(completion: str, verdict: Verdict) -> float:
+        return np.float32(0.25) if verdict.correct else 1  # type: ignore[return-value]
+
+    try:
+        scores = RewardSuite({"numpy_plugin": 2.0}).score(["\\boxed{4}", "\\boxed{5}"], ["4", "4"])
+        assert scores.total.tolist() == pytest.approx([0.5, 2.0])
+    finally:
+        COMPONENTS.pop("numpy_plugin")

@@ -13,11 +13,8 @@ from typing import TYPE_CHECKING, Any
 from groupwise.rewards.checking import (
     STATUSES,
     AnswerChecker,
-    Verdict,
-    answers_equivalent,
     check_answers,
     is_correct,
-    judge,
     summarize,
 )
 from groupwise.rewards.components import (
@@ -30,24 +27,56 @@ from groupwise.rewards.components import (
     register_component,
 )
 from groupwise.rewards.extract import extract_answer, extract_choice
+from groupwise.rewards.judging import (
+    DEFAULT_MODE,
+    MODES,
+    CheckingMode,
+    Verdict,
+    answers_equivalent,
+    checking_mode,
+    judge,
+)
 
 if TYPE_CHECKING:
-    from groupwise.rewards.suite import AMIR_GRPO_WEIGHTS, LENS_WEIGHTS, RewardSuite, Scores
+    from groupwise.rewards.suite import (
+        AMIR_GRPO_CHECKING,
+        AMIR_GRPO_GROUPWISE_WEIGHTS,
+        AMIR_GRPO_WEIGHTS,
+        LENS_CHECKING,
+        LENS_WEIGHTS,
+        RewardSuite,
+        Scores,
+    )
 
-_LAZY = {"RewardSuite", "Scores", "AMIR_GRPO_WEIGHTS", "LENS_WEIGHTS"}
+_LAZY = {
+    "RewardSuite",
+    "Scores",
+    "AMIR_GRPO_CHECKING",
+    "AMIR_GRPO_GROUPWISE_WEIGHTS",
+    "AMIR_GRPO_WEIGHTS",
+    "LENS_CHECKING",
+    "LENS_WEIGHTS",
+}
 
 __all__ = [
+    "AMIR_GRPO_CHECKING",
+    "AMIR_GRPO_GROUPWISE_WEIGHTS",
     "AMIR_GRPO_WEIGHTS",
     "COMPONENTS",
+    "DEFAULT_MODE",
+    "LENS_CHECKING",
     "LENS_WEIGHTS",
+    "MODES",
     "STATUSES",
     "AnswerChecker",
+    "CheckingMode",
     "Component",
     "RewardSuite",
     "Scores",
     "Verdict",
     "answers_equivalent",
     "check_answers",
+    "checking_mode",
     "component_names",
     "correct_value",
     "extract_answer",

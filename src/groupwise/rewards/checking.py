@@ -1,27 +1,16 @@
-"""Answer checking: is an extracted answer equivalent to the gold one? (REFERENCE.md 2)
-
-`judge(completion, gold)` is the pure decision: extraction (`groupwise.rewards.extract`),
-then equivalence, cheapest test first:
-
-1. identical after removing spacing (`\\left`, `\\,`, blanks) and `$`: correct;
-2. both plain decimal numbers: equal values are correct (0072 = 72.0); unequal integers are
-   wrong; other unequal decimals go on to math-verify for its rounding to 6 places;
-3. math-verify (`parse` of each side wrapped in `\\boxed{}`, `verify(gold, answer)`): fractions
-   vs decimals, radicals, intervals, tuples, sets in any order, units and `\\text{}`, degrees,
-   percents, `x = 3` forms, symbolic equivalence;
-4. when math-verify reads no expression on a side (`0.\\overline{3}`, plain words): a
-   case-insensitive text comparison, and the verdict's detail starts with "unparsed" so that
-   it is counted (see `summarize`) and logged.
-
-A gold that is a single option letter A-E (AQUA-RAT) is compared with `extract_choice`.
+"""Answer checking under hard timeouts: judgements (`groupwise.rewards.judging`) run in a pool
+of worker processes (REFERENCE.md 2 and 3).
 
 math-verify's own timeouts use `signal.alarm`, which fails off the main thread and is caught
-inside math-verify as a silent False; they are disabled here (`parsing_timeout=None`,
+inside math-verify as a silent False; they are disabled (`parsing_timeout=None`,
 `timeout_seconds=None`). Instead every judgement runs in a worker process of an
 `AnswerChecker`: a persistent pool of fresh interpreters (started with `subprocess`, so no fork
 of a threaded parent and no re-import of the caller's `__main__`), one task at a time per
 worker with a per-task deadline; a worker that overruns is killed and replaced and its item
 gets a "timeout" verdict. This works from any thread and inside other worker processes.
+
+Every call names a checking mode (`judging.MODES`: "groupwise", the default, "math_verify",
+"amir_official", "amir_eval"); each task carries its mode, so one pool serves them all.
 """
 
 from __future__ import annotations
@@ -30,25 +19,30 @@ import atexit
 import contextlib
 import logging
 import os
-import re
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
-from functools import lru_cache
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tqdm import tqdm
 
-from groupwise.rewards.extract import clean_answer, extract_answer, extract_choice, gold_choice
+from groupwise.rewards.judging import (
+    DEFAULT_MODE,
+    UNPARSED,
+    CheckingMode,
+    Verdict,
+    answers_equivalent,
+    checking_mode,
+    judge,
+)
 
 __all__ = [
+    "DEFAULT_MODE",
     "STATUSES",
     "AnswerChecker",
     "Verdict",
@@ -61,136 +55,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Status = Literal["correct", "wrong", "no_answer", "timeout", "error"]
 STATUSES: tuple[str, ...] = ("correct", "wrong", "no_answer", "timeout", "error")
-UNPARSED = "unparsed"
-"""Prefix of the detail of a verdict reached without math-verify understanding a side."""
 
 DEFAULT_TIMEOUT = 5.0
 _STARTUP_TIMEOUT = 120.0
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of checking one completion against its gold answer.
-
-    status: "correct" | "wrong" | "no_answer" (nothing extractable) | "timeout" (the check
-    overran its deadline) | "error" (the check raised or its worker died).
-    extracted: the answer read from the completion (a letter for multiple choice), or None.
-    detail: how the verdict was reached ("identical", "numeric", "math-verify", "choice",
-    "unparsed answer: compared as text", ...) or what went wrong.
-    """
-
-    status: Status
-    extracted: str | None
-    detail: str = ""
-
-    @property
-    def correct(self) -> bool:
-        return self.status == "correct"
-
-
-# ---------------------------------------------------------------------------------------------
-# The decision (runs inside a worker)
-
-_SPACING = re.compile(r"\\left|\\right|\\[,;:! ]|\s+")
-_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|textrm|mbox)\s*\{([^{}]*)\}")
-_DECIMAL = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
-_INTEGER = re.compile(r"^[-+]?\d+$")
-_SCIENTIFIC = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
-_UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:,\\!|,\\,|\{,\}|\\,)(?=\d{3}(?!\d))")
-_DANGLING_POINT = re.compile(r"(?<=\d)\.(?=/)")
-
-
-def _normalize(answer: str) -> str:
-    """One side of a comparison made ready for math-verify: no `$` math delimiters, no `\\$`
-    currency, a Unicode minus as "-", no LaTeX thousands separators (`5,\\!525`, `1\\,000`,
-    `10{,}000`: math-verify reads `1\\,000` as 1*0), no dangling decimal point ("-1./3"), and
-    "4.5e33" written as `4.5\\times 10^{33}`."""
-    text = _UNESCAPED_DOLLAR.sub("", answer.replace("\\$", "")).replace("\u2212", "-").strip()
-    text = _DANGLING_POINT.sub("", _LATEX_THOUSANDS.sub("", text))
-    scientific = _SCIENTIFIC.match(text)
-    if scientific:
-        text = f"{scientific.group(1)}\\times 10^{{{scientific.group(2)}}}"
-    return text
-
-
-def _squash(text: str) -> str:
-    return _SPACING.sub("", text)
-
-
-def _as_text(text: str) -> str:
-    return _squash(_TEXT_WRAPPER.sub(r"\1", text)).lower()
-
-
-@lru_cache(maxsize=4096)
-def _parse(text: str) -> tuple[Any, ...]:
-    """math-verify's reading of `text` (already extracted, so wrapped in `\\boxed{}`); () when it
-    finds nothing. Cached: the same gold is checked once per completion of its group."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
-
-    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    return tuple(parse(f"\\boxed{{{text}}}", extraction_config=config, parsing_timeout=None))
-
-
-def _has_expression(parsed: tuple[Any, ...]) -> bool:
-    """Whether math-verify read a sympy object (it returns only the raw string when it cannot,
-    e.g. for `0.\\overline{3}`)."""
-    return any(not isinstance(item, str) for item in parsed)
-
-
-def answers_equivalent(answer: str, gold: str) -> tuple[bool, str]:
-    """(equivalent, how) for an extracted answer and a gold answer (both strings).
-
-    No timeout of its own: call it through `check_answers` / `is_correct` unless the inputs
-    are trusted. See the module docstring for the order of the tests.
-    """
-    # Both sides tidied alike: a gold can end in a period too ("\\frac{7}{5} + \\frac{1}{5} i.").
-    answer, gold = _normalize(clean_answer(answer) or ""), _normalize(clean_answer(gold) or "")
-    if _squash(answer) == _squash(gold):
-        return True, "identical"
-    if _DECIMAL.match(_squash(answer)) and _DECIMAL.match(_squash(gold)):
-        try:
-            if Decimal(_squash(answer)) == Decimal(_squash(gold)):
-                return True, "numeric"
-        except InvalidOperation:
-            pass
-        if _INTEGER.match(_squash(answer)) and _INTEGER.match(_squash(gold)):
-            return False, "numeric"
-    gold_parsed, answer_parsed = _parse(gold), _parse(answer)
-    if _has_expression(gold_parsed) and _has_expression(answer_parsed):
-        from math_verify import verify
-
-        return bool(verify(list(gold_parsed), list(answer_parsed), timeout_seconds=None)), (
-            "math-verify"
-        )
-    side = "answer" if not _has_expression(answer_parsed) else "gold"
-    return _as_text(answer) == _as_text(gold), f"{UNPARSED} {side}: compared as text"
-
-
-def judge(completion: str, gold: str) -> Verdict:
-    """The verdict on `completion` for `gold`, computed in this process with no time limit.
-
-    Pathological answers can make math-verify (sympy) run for minutes: use `check_answers` or
-    `is_correct`, which run this under a hard timeout.
-    """
-    letter = gold_choice(gold)
-    if letter is not None:
-        chosen = extract_choice(completion)
-        if chosen is None:
-            return Verdict("no_answer", None, "no option letter found")
-        return Verdict("correct" if chosen == letter else "wrong", chosen, "choice")
-    answer = extract_answer(completion)
-    if answer is None:
-        return Verdict("no_answer", None, "no answer found")
-    equivalent, how = answers_equivalent(answer, gold)
-    return Verdict("correct" if equivalent else "wrong", answer, how)
-
-
-def _extracted(completion: str, gold: str) -> str | None:
-    """What `judge` would report as extracted (cheap, for verdicts the worker never sent)."""
-    return extract_choice(completion) if gold_choice(gold) else extract_answer(completion)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +73,7 @@ def _exit_when_orphaned(parent: int) -> None:
 
 
 def serve(task_fd: int, result_fd: int, memory_limit_mb: int | None = None) -> None:
-    """Worker main loop: receive (index, completion, gold), send back (index, Verdict).
+    """Worker main loop: receive (index, completion, gold, mode), send back (index, Verdict).
 
     Started by `AnswerChecker` in a fresh interpreter; exits when the task pipe closes or the
     parent disappears. Python's limit on int/str conversion is lifted (a 5,000-digit answer is
@@ -228,11 +96,11 @@ def serve(task_fd: int, result_fd: int, memory_limit_mb: int | None = None) -> N
     results.send(("ready", os.getpid()))
     while True:
         try:
-            index, completion, gold = tasks.recv()
+            index, completion, gold, mode = tasks.recv()
         except (EOFError, OSError):
             return
         try:
-            verdict = judge(completion, gold)
+            verdict = judge(completion, gold, mode)
         except Exception as error:  # RecursionError and MemoryError included
             verdict = Verdict("error", None, f"{type(error).__name__}: {error}"[:300])
         results.send((index, verdict))
@@ -339,21 +207,24 @@ class AnswerChecker:
         golds: Sequence[str],
         timeout: float | None = None,
         progress: bool = False,
+        mode: str = DEFAULT_MODE,
     ) -> list[Verdict]:
         """One Verdict per (completion, gold) pair, in order; never raises for an answer.
 
         timeout: seconds each answer may take (default: the checker's); an overrun gives a
-        "timeout" verdict. progress: show a tqdm bar with the running counts. Logs a warning
-        when some answers timed out, errored or could not be parsed.
+        "timeout" verdict. progress: show a tqdm bar with the running counts. mode: the
+        checking mode (`judging.MODES`; an unknown name raises naming the valid ones). Logs a
+        warning when some answers timed out, errored or could not be parsed.
         """
         if len(completions) != len(golds):
             raise ValueError(f"check: {len(completions)} completions but {len(golds)} gold answers")
         limit = self.timeout if timeout is None else timeout
         if limit <= 0:
             raise ValueError(f"check: timeout must be > 0 seconds, got {limit}")
+        checking = checking_mode(mode)
         with self._lock:
             try:
-                verdicts = self._run(list(completions), list(golds), limit, progress)
+                verdicts = self._run(list(completions), list(golds), limit, progress, checking)
             except BaseException:
                 # An interrupted batch leaves tasks in flight: start clean next time.
                 self._stop_all()
@@ -362,7 +233,12 @@ class AnswerChecker:
         return verdicts
 
     def _run(
-        self, completions: list[str], golds: list[str], limit: float, progress: bool
+        self,
+        completions: list[str],
+        golds: list[str],
+        limit: float,
+        progress: bool,
+        mode: CheckingMode,
     ) -> list[Verdict]:
         if os.getpid() != self._owner:
             self._pool, self._owner = [], os.getpid()
@@ -388,7 +264,7 @@ class AnswerChecker:
                     worker.index, worker.deadline = index, now + limit
                     # A dead worker shows up as EOF on its result pipe below.
                     with contextlib.suppress(OSError):
-                        worker.tasks.send((index, completions[index], golds[index]))
+                        worker.tasks.send((index, completions[index], golds[index], mode.name))
             deadlines = [w.deadline for w in self._pool if w.index is not None]
             deadlines += [w.started + _STARTUP_TIMEOUT for w in self._pool if not w.ready]
             wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
@@ -397,7 +273,7 @@ class AnswerChecker:
                 try:
                     message = worker.results.recv()
                 except (EOFError, OSError):
-                    self._worker_died(worker, finish, completions, golds)
+                    self._worker_died(worker, finish, completions, golds, mode)
                     continue
                 if message[0] == "ready":
                     worker.ready = True
@@ -414,7 +290,7 @@ class AnswerChecker:
                         index,
                         Verdict(
                             "timeout",
-                            _extracted(completions[index], golds[index]),
+                            mode.extract(completions[index], golds[index]),
                             f"no verdict within {limit:g} s; worker restarted",
                         ),
                     )
@@ -427,7 +303,12 @@ class AnswerChecker:
         return [v for v in verdicts if v is not None]
 
     def _worker_died(
-        self, worker: _Worker, finish: Any, completions: list[str], golds: list[str]
+        self,
+        worker: _Worker,
+        finish: Any,
+        completions: list[str],
+        golds: list[str],
+        mode: CheckingMode,
     ) -> None:
         code = worker.process.poll()
         if not worker.ready:
@@ -443,7 +324,7 @@ class AnswerChecker:
                 index,
                 Verdict(
                     "error",
-                    _extracted(completions[index], golds[index]),
+                    mode.extract(completions[index], golds[index]),
                     f"worker died (exit code {code}); worker restarted",
                 ),
             )
@@ -505,17 +386,25 @@ def check_answers(
     workers: int | None = 2,
     timeout: float = DEFAULT_TIMEOUT,
     progress: bool = False,
+    *,
+    mode: str = DEFAULT_MODE,
 ) -> list[Verdict]:
-    """Verdicts for a batch, checked in the shared pool of `workers` processes (created on
-    first use, resized when `workers` changes, stopped at exit; None: keep the current size).
-    See `AnswerChecker.check`."""
-    return _default_checker(workers).check(completions, golds, timeout=timeout, progress=progress)
+    """Verdicts for a batch under checking mode `mode` ("groupwise", "math_verify",
+    "amir_official", "amir_eval": `judging.MODES`), checked in the shared pool of `workers`
+    processes (created on first use, resized when `workers` changes, stopped at exit; None:
+    keep the current size). See `AnswerChecker.check`."""
+    return _default_checker(workers).check(
+        completions, golds, timeout=timeout, progress=progress, mode=mode
+    )
 
 
-def is_correct(completion: str, gold: str, timeout: float = DEFAULT_TIMEOUT) -> bool:
-    """Whether `completion`'s final answer is equivalent to `gold` (REFERENCE.md 2).
+def is_correct(
+    completion: str, gold: str, timeout: float = DEFAULT_TIMEOUT, *, mode: str = DEFAULT_MODE
+) -> bool:
+    """Whether `completion`'s final answer is equivalent to `gold` under checking mode `mode`
+    (REFERENCE.md 2).
 
     Never raises for any completion and returns within about `timeout` seconds (a timeout or
     an error counts as not correct; `check_answers` reports which it was).
     """
-    return check_answers([completion], [gold], workers=None, timeout=timeout)[0].correct
+    return check_answers([completion], [gold], workers=None, timeout=timeout, mode=mode)[0].correct

@@ -3,23 +3,34 @@
 Each component is a function `(completion: str, verdict: Verdict) -> float` of one completion's
 text and its answer-check verdict, so the answer is checked once per completion and every
 component reads the same verdict. Values are unweighted; `RewardSuite` applies the weights.
+Whether an answer is correct is the checking mode's decision (`groupwise.rewards.judging`):
+the AMIR-GRPO official correctness is the mode "amir_official" with the "correctness"
+component.
 
-Built-in components (all as the AMIR-GRPO official code, except where noted):
+Built-in components. The official ones reproduce the AMIR-GRPO official code
+(`Train/rewards.py`, see `groupwise.rewards.official`); the others are ours, more lenient
+alternatives:
 
-- "correctness": 2.0 if the answer is correct, else 0.
+- "correctness": 2.0 if the answer is correct, else 0 (official value).
 - "binary": 1.0 if correct, else 0 (LENS).
-- "format": 0.5 if the whole completion (surrounding whitespace stripped) is exactly
-  `<think>..</think> <answer>..</answer> <analysis>..</analysis> <confidence> p </confidence>`
-  with p a literal in [0, 1]: the regex `STRICT_FORMAT` below. The official regex is compiled
-  with re.MULTILINE, so its final `$` also matches at a line end and lets text follow on
-  later lines; here the match is anchored at the very end (`\\Z`) as REFERENCE.md says.
-- "integer": 0.2 if the extracted answer is an integer literal ("42", "-7", "1,000" and "12.0"
-  count; "3/4", "2.5", a letter do not). The official code pays 0.2 for any number found.
+- "format_official": 0.5 if the stripped completion matches the official
+  `_STRICT_XML_WITH_CALIB_PATTERN` (`STRICT_FORMAT_OFFICIAL`): the four blocks in order with p
+  a literal in [0, 1], compiled with re.MULTILINE, so the final `$` also matches at a line end
+  and text may follow on later lines (`strict_format_reward_func_with_calib`).
+- "format" (ours): the same four blocks, anchored at the very end (`\\Z`, `STRICT_FORMAT`):
+  nothing may follow `</confidence>`.
+- "integer_official": 0.2 if a number (decimals included) can be read from the first closed
+  `<answer>` block (its first box's first number, else its last number); 0 without such a block
+  (`int_reward_func`).
+- "integer" (ours): 0.2 if the extracted answer is an integer literal ("42", "-7", "1,000" and
+  "12.0" count; "3/4", "2.5", a letter do not), wherever the answer was read.
 - "tag_count": +0.025 for each of the 8 tags that occurs exactly once; when `</confidence>`
   occurs exactly once, minus min(0.001 x characters after it (whitespace-stripped), 0.1).
-  Range [-0.075, 0.2].
-- "calibration": 1 - (p - a)^2 with a = 1 if correct else 0, p = `parse_confidence`, 0.5 when
-  missing. Range [0, 1].
+  Range [-0.075, 0.2] (official `xmlcount_reward_func`).
+- "calibration_official": 1 - (p - a)^2 with a = 1 if correct else 0 and p the first
+  `<confidence>` block holding a bare number, clipped to [0, 1], else 0.5 (`brier_score`,
+  `extract_confidence`).
+- "calibration" (ours): the same with p = `parse_confidence` ("85%", "0.8 (sure)" read too).
 
 Register more with `@register_component("name")`.
 """
@@ -30,11 +41,17 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from groupwise.rewards.checking import Verdict
+from groupwise.rewards.judging import Verdict
+from groupwise.rewards.official import (
+    official_answer_block,
+    official_confidence,
+    official_numeric_answer,
+)
 
 __all__ = [
     "COMPONENTS",
     "STRICT_FORMAT",
+    "STRICT_FORMAT_OFFICIAL",
     "Component",
     "ComponentFn",
     "component_names",
@@ -112,14 +129,32 @@ STRICT_FORMAT = re.compile(
     r"<analysis>\s*[\s\S]*?\s*</analysis>\s*"
     r"<confidence>\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\s*</confidence>\Z"
 )
-"""The strict AMIR-GRPO format as a regex, for `.match` on the stripped completion. Its lazy
-blocks backtrack polynomially on a near-miss, so `strict_format` decides the same language
-with three linear searches instead (tests check both agree)."""
+"""The strict AMIR-GRPO format as a regex, for `.match` on the stripped completion, anchored at
+the very end (ours). Its lazy blocks backtrack polynomially on a near-miss, so
+`matches_strict_format` decides the same language with linear searches instead (tests check
+both agree)."""
+
+STRICT_FORMAT_OFFICIAL = re.compile(
+    r"^<think>\s*[\s\S]*?\s*</think>\s*"
+    r"<answer>\s*[\s\S]*?\s*</answer>\s*"
+    r"<analysis>\s*[\s\S]*?\s*</analysis>\s*"
+    r"<confidence>\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\s*</confidence>\s*$",
+    re.DOTALL | re.MULTILINE,
+)
+"""The official `_STRICT_XML_WITH_CALIB_PATTERN` (AMIR-GRPO `Train/rewards.py`), for `.match` on
+the stripped completion: `$` with re.MULTILINE matches at any line end, so text may follow
+`</confidence>` from the next line on. `matches_strict_format(..., line_anchored=True)`
+decides it in linear time."""
 
 _THINK_TO_ANSWER = re.compile(r"</think>\s*<answer>")
 _ANSWER_TO_ANALYSIS = re.compile(r"</answer>\s*<analysis>")
 _FORMAT_TAIL = re.compile(
     r"</analysis>\s*<confidence>\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\s*</confidence>\Z"
+)
+# The official tail: `\s*$` under re.MULTILINE holds when the blank run after `</confidence>`
+# reaches a line end or the end of the text.
+_FORMAT_TAIL_LINE = re.compile(
+    r"</analysis>\s*<confidence>\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\s*</confidence>[^\S\n]*(?:\n|\Z)"
 )
 _TAGS = (
     "<think>",
@@ -153,14 +188,15 @@ def parse_confidence(completion: str) -> float | None:
     return min(1.0, max(0.0, p))
 
 
-def matches_strict_format(completion: str) -> bool:
-    """Whether the stripped completion matches `STRICT_FORMAT`, in linear time.
+def matches_strict_format(completion: str, *, line_anchored: bool = False) -> bool:
+    """Whether the stripped completion matches `STRICT_FORMAT` (or, line_anchored=True,
+    `STRICT_FORMAT_OFFICIAL`), in linear time.
 
     The lazy blocks of the regex accept anything, so the completion matches iff it starts
     with `<think>`, has a `</think>\\s*<answer>` after that, a `</answer>\\s*<analysis>` after
-    the first such, and ends with `</analysis>\\s*<confidence> p </confidence>` after that (the
-    leftmost choice of each junction leaves the most room for the rest; the tail holds the
-    last `</analysis>`).
+    the first such, and then `</analysis>\\s*<confidence> p </confidence>` (the leftmost choice
+    of each junction leaves the most room for the rest): at the very end, so holding the last
+    `</analysis>`; or, line-anchored, anywhere after, followed by blanks up to a line end.
     """
     text = completion.strip()
     if not text.startswith("<think>"):
@@ -171,6 +207,8 @@ def matches_strict_format(completion: str) -> bool:
     answer_end = _ANSWER_TO_ANALYSIS.search(text, think_end.end())
     if answer_end is None:
         return False
+    if line_anchored:
+        return _FORMAT_TAIL_LINE.search(text, answer_end.end()) is not None
     tail = text.rfind("</analysis>")
     return tail >= answer_end.end() and _FORMAT_TAIL.match(text, tail) is not None
 
@@ -189,15 +227,30 @@ def binary(completion: str, verdict: Verdict) -> float:
 
 @register_component("format")
 def strict_format(completion: str, verdict: Verdict) -> float:
-    """0.5 when the whole completion is the four AMIR-GRPO blocks in order, else 0."""
+    """0.5 when the whole completion is the four AMIR-GRPO blocks in order, else 0 (ours)."""
     return 0.5 if matches_strict_format(completion) else 0.0
+
+
+@register_component("format_official")
+def strict_format_official(completion: str, verdict: Verdict) -> float:
+    """0.5 when the completion matches the official line-anchored format regex, else 0
+    (`strict_format_reward_func_with_calib`)."""
+    return 0.5 if matches_strict_format(completion, line_anchored=True) else 0.0
 
 
 @register_component("integer")
 def integer_answer(completion: str, verdict: Verdict) -> float:
-    """0.2 when the extracted answer is an integer literal, else 0."""
+    """0.2 when the extracted answer is an integer literal, else 0 (ours)."""
     extracted = verdict.extracted
     return 0.2 if extracted is not None and _INTEGER_ANSWER.match(extracted.strip()) else 0.0
+
+
+@register_component("integer_official")
+def integer_answer_official(completion: str, verdict: Verdict) -> float:
+    """0.2 when a number can be read from the first closed `<answer>` block, else 0
+    (`int_reward_func`: `extract_numeric_answer(extract_xml_answer(completion))`)."""
+    block = official_answer_block(completion)
+    return 0.2 if block is not None and official_numeric_answer(block) is not None else 0.0
 
 
 @register_component("tag_count")
@@ -213,8 +266,18 @@ def tag_count(completion: str, verdict: Verdict) -> float:
 
 @register_component("calibration")
 def calibration(completion: str, verdict: Verdict) -> float:
-    """Brier complement 1 - (p - a)^2 of the stated confidence p (0.5 if missing)."""
+    """Brier complement 1 - (p - a)^2 of the stated confidence p (0.5 if missing; ours)."""
     p = parse_confidence(completion)
-    p = 0.5 if p is None else p
+    return _brier(0.5 if p is None else p, verdict)
+
+
+@register_component("calibration_official")
+def calibration_official(completion: str, verdict: Verdict) -> float:
+    """Brier complement 1 - (p - a)^2 with p the official reading of the confidence
+    (`brier_score` with `extract_confidence`; 0.5 if missing or not a bare number)."""
+    return _brier(official_confidence(completion), verdict)
+
+
+def _brier(p: float, verdict: Verdict) -> float:
     a = 1.0 if verdict.correct else 0.0
     return 1.0 - (p - a) ** 2

@@ -2,35 +2,52 @@
 
 Pure string functions (no sympy, no math-verify): cheap, linear-time regexes only, so they are
 safe to run in the training process. The comparison of an extracted answer with the gold one
-lives in `groupwise.rewards.checking`.
+lives in `groupwise.rewards.judging`.
 
-Where the answer is looked for (REFERENCE.md 2, "correctness"; first rule that applies wins):
+Where the answer is looked for (REFERENCE.md 2, "correctness"; `read_answer`, first rule that
+applies wins):
 
 1. Reasoning never counts: every `<think>...</think>` block is removed; text before a stray
    `</think>` (its `<think>` was in the prompt) and after an unclosed `<think>` is reasoning too.
 2. If an `<answer>...</answer>` block remains, only the last one is read (an unclosed `<answer>`,
-   e.g. a truncated completion, reads to the end). Inside it: the last box, else "the answer
-   is ...", else `#### N`, else the whole block.
-3. Otherwise the last `\\boxed{...}` / `\\fbox{...}` / `\\framebox{...}` (balanced braces,
-   escaped braces ignored, a box wrapping a box unwrapped), then the last `#### N` line, then
-   the last "the answer is ..." / "Final answer: ...", and as a last resort the last number.
+   e.g. a truncated completion, reads to the end): the *region*. Otherwise the region is the
+   whole (reasoning-free) completion.
+3. The last `\\boxed{...}` / `\\fbox{...}` / `\\framebox{...}` of the region (balanced braces,
+   escaped braces ignored, a box wrapping a box unwrapped), read together with the boxes just
+   before it that only a connector separates (`\\boxed{1}, \\boxed{2} and \\boxed{3}` is the
+   set "1, 2, 3"; repeats of the same box count once).
+4. Inside an answer block: "the answer is ...", else `#### N`, else the whole block; outside:
+   the last `#### N` line, else the last "the answer is ..." / "Final answer: ...". A value in
+   prose ("the largest $n$ is 34") is not taken here: it is left to math-verify's extraction.
+5. (In `judging`, not here: math-verify's LaTeX and expression extraction on the region.)
+6. The prose value of rule 4, else the last number of the region, but never when the region
+   holds LaTeX math (a `$...$`, `\\(...\\)`, `\\[...\\]` span or a command such as `\\frac`):
+   `$\\frac13$` is not "3".
 
-Multiple-choice answers (a letter A-E) are read by `extract_choice`.
+`extract_answer` applies rules 1-4 and 6 (no math-verify): the cheap reading that the parent
+process reports for a check that timed out. Multiple-choice answers (a letter A-E) are read by
+`extract_choice`.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
+from dataclasses import dataclass
 
 __all__ = [
+    "Reading",
     "answer_region",
+    "box_group",
     "choice_letter",
     "clean_answer",
     "extract_answer",
     "extract_choice",
     "find_boxed",
     "gold_choice",
+    "has_latex",
     "last_boxed",
+    "read_answer",
     "strip_reasoning",
 ]
 
@@ -39,14 +56,17 @@ _OPTIONAL_ARGUMENT = re.compile(r"\[[^\]\n]{0,40}\]")
 _BOX_TOKEN = re.compile(r"[^\s$]+")
 # "the answer is X", "Final answer: X", "answer = X"; "the answer depends on" does not match.
 _ANSWER_PHRASE = re.compile(r"\banswer\b\s*(?:is\b\s*:?|:|=)[ \t]*", re.IGNORECASE)
+_FINAL_ANSWER = re.compile(r"\bfinal\s+answer\b", re.IGNORECASE)
+_VALUE_START = re.compile(r"\s*(?:\$|\\[(\[]|[-+]?\.?\d)")
 _HASH_ANSWER = re.compile(r"####[ \t]*([^\n]*)")
 # A number not glued to a word or to a previous digit/dot ("10-5" gives 10 and 5, "x=-5" -5);
 # thousands separators only in groups of three, an optional fraction bar ("3/4").
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|(?<![\w.])-?\.\d+")
 _SENTENCE_END = re.compile(r"\.(?=\s|$)")
 _MATH_DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
-# Thousands separators inside a plain number; "1, 2" (a list) is left alone.
-_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+# Thousands separators inside a plain number, commas or spaces ("7,425,000", "1 000"); "1, 2"
+# (a list) is left alone, and so is "0,111" (a decimal comma: no number starts with 0).
+_THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:(?:,\d{3})+|(?: \d{3})+)(?:\.\d+)?$")
 _CURRENCY = re.compile(r"^\\?\$\s*(?=[-\d.])")
 # A number followed by plain words ("18 dollars", "5 apples per day"): the words are dropped.
 # Short words stay (units math-verify knows, like "cm") and so do connectives of a list.
@@ -62,6 +82,23 @@ _CHOICE_PHRASE = re.compile(
     r"\s*(?::\s*)?\(?([A-E])(?![A-Za-z])"
 )
 _CHOICE_GOLD = re.compile(r"^\(?([A-E])\)?$")
+# What may stand between two boxes read as one answer: spacing, punctuation, math delimiters,
+# "and" / "or" (plain or in \\text{}). Anything else (" for part (a) and ") ends the group.
+_BOX_JOIN = re.compile(
+    r"(?:\s|[,;&$]|\\[\[\]()]|\\q?quad\b|\\[,;:! ]"
+    r"|\\text\s*\{\s*(?:and|or|[,;])?\s*\}|\band\b|\bor\b)*\Z"
+)
+# LaTeX math in a text: a closed inline/display span or a command other than a box, \\text, \\$
+# and \\% ("it costs $5" is prose; "$\\frac13$" and "\\frac{10}{9}" are math).
+_LATEX_MATH = re.compile(
+    r"(?<!\\)\$[^$\n]+(?<!\\)\$|\\\(|\\\["
+    r"|\\(?!(?:boxed|fbox|framebox|text|textbf|mbox)(?![A-Za-z]))[A-Za-z]+"
+)
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+|\\.")
+_TEXT_BLOCK = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{[^{}]*\}")
+# Two words in a row (after commands and \\text{} are removed): a sentence, not a value.
+# Starts only at a word's start: a long word is scanned once, not once per letter.
+_PROSE = re.compile(r"(?<![A-Za-z])[A-Za-z]{2,}[\s,;]+[A-Za-z]{2,}")
 
 
 def strip_reasoning(text: str) -> str:
@@ -131,11 +168,11 @@ def _box_at(text: str, pairs: dict[int, int], start: int) -> tuple[int, int, int
     return None if token is None else (token.end(), i, token.end())
 
 
-def find_boxed(text: str) -> list[str]:
-    """Contents of the outermost boxes of `text`, in order; a box that only wraps another box
-    (`\\boxed{\\boxed{5}}`) is unwrapped to the inner content. Linear time."""
+def _box_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of the outermost boxes of `text`, in order; a box that only wraps
+    another box (`\\boxed{\\boxed{5}}`) is unwrapped to the inner content. Linear time."""
     pairs = _brace_pairs(text)
-    contents = []
+    spans = []
     pos = 0
     for match in _BOX_COMMAND.finditer(text):
         if match.start() < pos:
@@ -150,8 +187,83 @@ def find_boxed(text: str) -> list[str]:
             if inner is None or _skip_spaces_back(text, content_start, content_end) != inner[0]:
                 break
             _, content_start, content_end = inner
-        contents.append(text[content_start:content_end])
-    return contents
+        spans.append((match.start(), pos, text[content_start:content_end]))
+    return spans
+
+
+def find_boxed(text: str) -> list[str]:
+    """Contents of the outermost boxes of `text`, in order (see `_box_spans`)."""
+    return [content for _, _, content in _box_spans(text)]
+
+
+def _display_spans(text: str) -> list[list[tuple[int, int]]]:
+    """(start, end) of the `$$...$$` spans and of the `\\[...\\]` spans of `text`, in order
+    (two lists, each of disjoint spans). Linear: a delimiter that never closes ends the scan
+    for its kind (no later one can close either)."""
+    kinds = []
+    for left, right in (("$$", "$$"), ("\\[", "\\]")):
+        spans = []
+        pos = 0
+        while (start := text.find(left, pos)) >= 0:
+            end = text.find(right, start + len(left))
+            if end < 0:
+                break
+            spans.append((start, end + len(right)))
+            pos = end + len(right)
+        kinds.append(spans)
+    return kinds
+
+
+def _containers(kinds: list[list[tuple[int, int]]], start: int, end: int) -> tuple[int, ...]:
+    """For each kind of display span, the index of the span holding [start, end), else -1."""
+    found = []
+    for spans in kinds:
+        i = bisect.bisect_right(spans, start, key=lambda span: span[0]) - 1
+        found.append(i if i >= 0 and spans[i][0] <= start and end <= spans[i][1] else -1)
+    return tuple(found)
+
+
+def box_group(text: str) -> list[str]:
+    """Contents of the last box of `text` and of the boxes before it that belong to the same
+    answer, in order, each content once; [] when `text` has no box.
+
+    Two boxes belong together when only a connector (spacing, commas, "and", "or", `\\quad`,
+    math delimiters) separates them, or when one display span (`$$...$$`, `\\[...\\]`) holds
+    both, as math-verify reads them. `\\boxed{(1, 2)}, \\boxed{(2, 1)}` gives both pairs;
+    `\\boxed{3} so the total is \\boxed{5}` only "5".
+    """
+    return _box_group(text)[0]
+
+
+def _box_group(text: str) -> tuple[list[str], int]:
+    """(`box_group`'s contents, the end of the last box of `text`; 0 without a box)."""
+    spans = _box_spans(text)
+    if not spans:
+        return [], 0
+    displays = _display_spans(text)
+
+    def together(left: tuple[int, int, str], right: tuple[int, int, str]) -> bool:
+        if _BOX_JOIN.match(text, left[1], right[0]):
+            return True
+        shared = zip(
+            _containers(displays, left[0], left[1]),
+            _containers(displays, right[0], right[1]),
+            strict=True,
+        )
+        return any(a >= 0 and a == b for a, b in shared)
+
+    first = len(spans) - 1
+    while first > 0 and together(spans[first - 1], spans[first]):
+        first -= 1
+    contents: list[str] = []
+    for _, _, content in spans[first:]:
+        if all(_squash_spaces(content) != _squash_spaces(seen) for seen in contents):
+            contents.append(content)
+    return contents, spans[-1][1]
+
+
+def _squash_spaces(text: str) -> str:
+    return "".join(text.split())
 
 
 def _skip_spaces(text: str, start: int, end: int) -> int:
@@ -170,6 +282,19 @@ def last_boxed(text: str) -> str | None:
     """Content of the last outermost box of `text`, or None when it has none."""
     boxes = find_boxed(text)
     return boxes[-1] if boxes else None
+
+
+def has_latex(text: str) -> bool:
+    """Whether `text` holds LaTeX math: a closed `$...$` span, a `\\(` or `\\[` delimiter, or a
+    command other than a box, `\\text{}`, `\\$` and `\\%` (a lone "$5" is currency)."""
+    return _LATEX_MATH.search(text) is not None
+
+
+def _is_prose(answer: str) -> bool:
+    """Whether an answer read after "the answer is" is a sentence ("The largest $n$ is 34")
+    rather than a value ("18", "x = 2", "\\text{Bob wins}", "odd")."""
+    bare = _LATEX_COMMAND.sub(" ", _TEXT_BLOCK.sub(" ", answer))
+    return _PROSE.search(bare) is not None
 
 
 def answer_region(completion: str) -> tuple[str, bool]:
@@ -213,8 +338,8 @@ def clean_answer(answer: str) -> str | None:
     """An extracted answer tidied for comparison, or None when nothing is left.
 
     Strips whitespace, math delimiters (`$`, `$$`, `\\(`, `\\[`), trailing sentence
-    punctuation, a leading currency sign, thousands separators of a plain number, and the
-    plain words after a number ("18 dollars" -> "18").
+    punctuation, a leading currency sign, thousands separators of a plain number ("7,425,000",
+    "1 000"), and the plain words after a number ("18 dollars" -> "18").
     """
     text = answer.strip()
     for _ in range(3):
@@ -228,7 +353,7 @@ def clean_answer(answer: str) -> str | None:
     if words and not set(words.group(2).lower().split()) & _KEEP_WORDS:
         text = words.group(1)
     if _THOUSANDS.match(text):
-        text = text.replace(",", "")
+        text = text.replace(",", "").replace(" ", "")
     return text or None
 
 
@@ -253,32 +378,74 @@ def _phrase_answer(text: str) -> str | None:
     return clean_answer(_phrase_value(rest))
 
 
+def _final_answer(text: str) -> str | None:
+    """The value of a "Final Answer: the final answer is X" in `text` when X is a math span or
+    a number (the Minerva format that restates, after the last box, the answer it settles on);
+    None otherwise."""
+    if _FINAL_ANSWER.search(text) is None:
+        return None
+    matches = list(_ANSWER_PHRASE.finditer(text))
+    if not matches or _VALUE_START.match(text, matches[-1].end()) is None:
+        return None
+    return _phrase_answer(text)
+
+
 def _hash_answer(text: str) -> str | None:
     matches = _HASH_ANSWER.findall(text)
     return clean_answer(matches[-1]) if matches else None
 
 
-def extract_answer(completion: str) -> str | None:
-    """The final answer of `completion` as a string (LaTeX or plain), or None if it gives none.
+@dataclass(frozen=True)
+class Reading:
+    """What the rules of this module read from one completion (module docstring, rules 1-6).
 
-    See the module docstring for the order of the rules. The result is cleaned by
-    `clean_answer` (no `$`, no trailing period, no thousands separators in plain numbers).
+    answer: the answer of rules 3-4 (cleaned), None when they find none.
+    region: the text the answer is looked for in (rule 2): where math-verify's extraction
+        looks next when `answer` is None; None when nothing may be looked for (an answer
+        block whose box never closes: a truncated completion).
+    fallback: the answer of rule 6 (a prose value, else the last number of a region without
+        LaTeX), for when math-verify's extraction finds nothing either; None if there is none.
     """
+
+    answer: str | None
+    region: str | None
+    fallback: str | None
+
+
+def read_answer(completion: str) -> Reading:
+    """The rule-based reading of `completion` (module docstring); no math-verify."""
     region, in_block = answer_region(completion)
-    boxed = last_boxed(region)
-    if boxed is not None and (cleaned := clean_answer(boxed)) is not None:
-        return cleaned
+    group, last_box_end = _box_group(region)
+    contents = [c for c in map(clean_answer, group) if c is not None]
+    if contents:
+        final = _final_answer(region[last_box_end:])
+        return Reading(final or ", ".join(contents), region, None)
     if in_block:
         found = _phrase_answer(region) or _hash_answer(region)
-        # A block whose box never closes (truncated) has no answer rather than "\\boxed{12".
-        if found is None and _BOX_COMMAND.search(region) is None:
+        if found is None:
+            # A block whose box never closes (truncated) has no answer rather than "\\boxed{12".
+            if _BOX_COMMAND.search(region) is not None:
+                return Reading(None, None, None)
             found = clean_answer(region)
-        return found
-    found = _hash_answer(region) or _phrase_answer(region)
-    if found is not None:
-        return found
-    numbers = _NUMBER.findall(region)
-    return clean_answer(numbers[-1]) if numbers else None
+    else:
+        found = _hash_answer(region) or _phrase_answer(region)
+    if found is not None and not _is_prose(found):
+        return Reading(found, region, None)
+    if found is None and not in_block and not has_latex(region):
+        numbers = _NUMBER.findall(region)
+        found = clean_answer(numbers[-1]) if numbers else None
+    return Reading(None, region, found)
+
+
+def extract_answer(completion: str) -> str | None:
+    """The final answer of `completion` as a string (LaTeX or plain), or None if it gives none:
+    `read_answer`'s answer, else its fallback (no math-verify: the cheap reading).
+
+    The result is cleaned by `clean_answer` (no `$`, no trailing period, no thousands
+    separators in plain numbers).
+    """
+    reading = read_answer(completion)
+    return reading.answer if reading.answer is not None else reading.fallback
 
 
 def choice_letter(text: str) -> str | None:

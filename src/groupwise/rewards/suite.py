@@ -1,34 +1,63 @@
 """A weighted sum of named reward components over a batch (REFERENCE.md 2 and 3).
 
-`RewardSuite({"correctness": 1.0, "format": 1.0, ...}).score(completions, golds)` checks every
-answer once (`check_answers`, in a worker pool with hard timeouts), feeds each component the
-same verdicts, and returns a `Scores` with one unweighted column per component, the weighted
-total and the `correct` flag.
+`RewardSuite({"correctness": 1.0, "format": 1.0, ...}, checking="groupwise").score(completions,
+golds)` checks every answer once under one checking mode (`check_answers`, in a worker pool
+with hard timeouts), feeds each component the same verdicts, and returns a `Scores` with one
+unweighted column per component, the weighted total and the `correct` flag.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from groupwise.rewards.checking import DEFAULT_TIMEOUT, Verdict, check_answers
-from groupwise.rewards.components import get_component
+from groupwise.rewards.checking import DEFAULT_TIMEOUT, check_answers
+from groupwise.rewards.components import Component, get_component
+from groupwise.rewards.judging import DEFAULT_MODE, Verdict, checking_mode
 
-__all__ = ["AMIR_GRPO_WEIGHTS", "LENS_WEIGHTS", "RewardSuite", "Scores"]
+__all__ = [
+    "AMIR_GRPO_CHECKING",
+    "AMIR_GRPO_GROUPWISE_WEIGHTS",
+    "AMIR_GRPO_WEIGHTS",
+    "LENS_CHECKING",
+    "LENS_WEIGHTS",
+    "RewardSuite",
+    "Scores",
+]
 
 AMIR_GRPO_WEIGHTS: dict[str, float] = {
+    "correctness": 1.0,
+    "format_official": 1.0,
+    "integer_official": 1.0,
+    "tag_count": 1.0,
+    "calibration_official": 1.0,
+}
+"""The AMIR-GRPO official reward: the five official components summed with weight 1; with
+checking mode `AMIR_GRPO_CHECKING` it is the official code's reward (REFERENCE.md 2)."""
+
+AMIR_GRPO_CHECKING = "amir_official"
+"""The checking mode of the AMIR-GRPO official correctness (last box, else last number)."""
+
+AMIR_GRPO_GROUPWISE_WEIGHTS: dict[str, float] = {
     "correctness": 1.0,
     "format": 1.0,
     "integer": 1.0,
     "tag_count": 1.0,
     "calibration": 1.0,
 }
-"""The AMIR-GRPO official code: the five components summed with weight 1."""
+"""Our lenient alternative to `AMIR_GRPO_WEIGHTS` (answer read in `<answer>` unboxed, integer
+reward for integer answers only, format anchored at the end, confidence "85%" read): use it
+with the "groupwise" checking mode."""
 
 LENS_WEIGHTS: dict[str, float] = {"binary": 1.0}
 """LENS: the binary correctness reward alone."""
+
+LENS_CHECKING = "math_verify"
+"""The checking mode of the LENS paper (Math-Verify as the verifier, REFERENCE.md 3)."""
 
 
 @dataclass
@@ -52,7 +81,9 @@ class RewardSuite:
 
     weights: component name -> weight (a mapping from config); an unknown name is an error
     naming the registered ones. workers / timeout: the answer-checking pool size and seconds
-    per answer.
+    per answer. checking: the checking mode that decides correctness ("groupwise", the
+    default; "math_verify"; "amir_official"; "amir_eval": `groupwise.rewards.judging.MODES`);
+    an unknown mode is an error naming the valid ones.
     """
 
     def __init__(
@@ -60,6 +91,7 @@ class RewardSuite:
         weights: Mapping[str, float],
         workers: int = 2,
         timeout: float = DEFAULT_TIMEOUT,
+        checking: str = DEFAULT_MODE,
     ) -> None:
         if not weights:
             raise ValueError("RewardSuite: weights is empty; name at least one component")
@@ -67,14 +99,21 @@ class RewardSuite:
         self.weights = {name: float(weight) for name, weight in weights.items()}
         self.workers = workers
         self.timeout = timeout
+        self.checking = checking_mode(checking).name
 
     def score(self, completions: Sequence[str], golds: Sequence[str]) -> Scores:
         """Scores of `completions` (length B) against `golds` (one gold answer per completion:
-        repeat a problem's gold for each of its G samples)."""
-        verdicts = check_answers(completions, golds, workers=self.workers, timeout=self.timeout)
+        repeat a problem's gold for each of its G samples).
+
+        A component that raises, or returns anything but a finite real number (None, a
+        string, NaN, inf), is an error naming the component, the function that implements it
+        (its plugin module) and the completion."""
+        verdicts = check_answers(
+            completions, golds, workers=self.workers, timeout=self.timeout, mode=self.checking
+        )
         pairs = list(zip(completions, verdicts, strict=True))
         columns = {
-            name: torch.tensor([component.fn(t, v) for t, v in pairs], dtype=torch.float32)
+            name: torch.tensor(_column(component, pairs), dtype=torch.float32)
             for name, component in self.components.items()
         }
         total = torch.zeros(len(completions), dtype=torch.float32)
@@ -82,3 +121,24 @@ class RewardSuite:
             total = total + self.weights[name] * column
         correct = torch.tensor([v.correct for v in verdicts], dtype=torch.bool)
         return Scores(columns, dict(self.weights), total, correct, verdicts)
+
+
+def _column(component: Component, pairs: list[tuple[str, Verdict]]) -> list[float]:
+    """The values of `component` on each (completion, verdict), checked to be finite reals."""
+    where = f"{component.fn.__module__}.{component.fn.__qualname__}"
+    values = []
+    for index, (completion, verdict) in enumerate(pairs):
+        try:
+            value = component.fn(completion, verdict)
+        except Exception as error:
+            raise RuntimeError(
+                f"reward component {component.name!r} ({where}) raised on completion {index} "
+                f"of {len(pairs)}: {type(error).__name__}: {error}"
+            ) from error
+        if not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(
+                f"reward component {component.name!r} ({where}) returned {value!r} for "
+                f"completion {index} of {len(pairs)}; a component must return a finite number"
+            )
+        values.append(float(value))
+    return values
