@@ -31,24 +31,96 @@ def test_every_preset_loads(preset: Path) -> None:
 
 
 def test_paper_settings_of_amir_preset() -> None:
+    """REFERENCE.md 2: paper and official-code defaults, item by item."""
     c = load_config(CONFIGS / "amir_grpo_gsm8k.yaml")
-    assert (c.rollout.group_size, c.optim.lr, c.model.lora_r, c.model.lora_alpha) == (
-        8,
-        5e-6,
-        16,
-        16,
-    )
+    assert (c.rollout.group_size, c.rollout.questions_per_step) == (8, 4)
+    assert (c.optim.lr, c.model.lora, c.model.lora_r, c.model.lora_alpha) == (5e-6, True, 16, 16)
+    assert c.model.lora_target_modules == "all-linear" and c.rollout.max_new_tokens == 1024
+    assert (c.algorithm.eps_low, c.algorithm.eps_high, c.algorithm.kl_coef) == (0.2, 0.2, 0.0)
     assert (c.algorithm.amir, c.algorithm.beta_dpo, c.algorithm.margin) == (True, 0.5, 2.0)
-    assert c.train.max_steps == 1000 and c.data.prompt == "amir"
-    assert (c.optim.weight_decay, c.optim.beta2, c.optim.max_grad_norm) == (0.1, 0.99, 0.1)
+    assert (c.algorithm.pair_mode, c.algorithm.ref_free, c.algorithm.lambda_measure) == (
+        "all", True, "loss"
+    )
+    a = c.algorithm
+    assert (a.lambda_init, a.lambda_low, a.lambda_high, a.lambda_up, a.lambda_down) == (
+        0.01, 0.30, 0.70, 1.25, 0.8
+    )
+    assert (a.lambda_min, a.lambda_max, a.advantage_std) == (0.005, 0.05, "unbiased")
+    assert c.train.max_steps == 1000 and c.data.prompt == "amir" and c.data.benchmark == "gsm8k"
+    assert (c.optim.weight_decay, c.optim.beta1, c.optim.beta2) == (0.1, 0.9, 0.99)
+    assert (c.optim.max_grad_norm, c.optim.warmup_ratio, c.optim.schedule) == (0.1, 0.1, "cosine")
+    # the official reward: correctness 2.0 / 0 read as the official code reads it, the
+    # line-anchored format, the integer reward for any number, tag count, calibration
+    assert c.reward.checking == "amir_official"
+    assert c.reward.weights == {
+        "correctness": 1.0,
+        "format_official": 1.0,
+        "integer_official": 1.0,
+        "tag_count": 1.0,
+        "calibration_official": 1.0,
+    }
 
 
 def test_paper_settings_of_lens_preset() -> None:
+    """REFERENCE.md 3: paper values, and verl's defaults where the paper states none."""
     c = load_config(CONFIGS / "lens_math.yaml")
-    assert (c.rollout.group_size, c.rollout.questions_per_step) == (16, 32)
-    assert c.reward.weights == {"binary": 1.0}
-    assert (c.rollout.temperature, c.algorithm.lens_alpha, c.optim.lr) == (1.0, 0.25, 1e-6)
+    assert (c.rollout.group_size, c.rollout.questions_per_step, c.algorithm.minibatches) == (
+        16, 128, 4
+    )
+    assert c.rollout.questions_per_step // c.algorithm.minibatches == 32  # 512 per update
+    assert c.algorithm.num_iterations == 1 and c.model.lora is False
+    assert c.reward.weights == {"binary": 1.0} and c.reward.checking == "math_verify"
+    assert (c.rollout.temperature, c.rollout.top_p, c.rollout.max_new_tokens) == (1.0, 1.0, 4096)
+    assert (c.algorithm.lens_alpha, c.algorithm.lens_mode, c.optim.lr) == (0.25, "full", 1e-6)
+    assert (c.algorithm.eps_low, c.algorithm.eps_high) == (0.2, 0.2)
     assert c.algorithm.kl_coef == 0.0 and c.algorithm.advantage == "lens"
+    assert (c.optim.weight_decay, c.optim.beta1, c.optim.beta2) == (0.01, 0.9, 0.999)
+    assert (c.optim.max_grad_norm, c.optim.warmup_ratio, c.optim.schedule) == (1.0, 0.0, "constant")
+    assert c.data.mix == [
+        {"benchmark": "math", "split": "train"},
+        {"benchmark": "dapo_math_17k", "split": "train", "size": 17500, "seed": 0},
+    ]
+
+
+def test_the_lens_preset_names_the_missing_dapo_file(tmp_path: Path) -> None:
+    """Offline, DAPO-Math-17k is absent: the run stops naming the file, it never trains on
+    MATH alone."""
+    from groupwise.train.run_folder import RunFolder
+    from groupwise.train.trainer import Trainer
+
+    data = tmp_path / "data"
+    (data / "math").mkdir(parents=True)
+    (data / "math" / "train.jsonl").write_text(
+        '{"problem": "1+1?", "solution": "\\\\boxed{2}", "level": "Level 1", "type": "x"}\n'
+    )
+    config = load_config(
+        CONFIGS / "lens_math.yaml",
+        [f"data.data_dir={data}", "model.name=tiny-random", f"train.output_dir={tmp_path / 'r'}"],
+    )
+    with pytest.raises(Exception, match=r"dapo_math_17k.*train\.jsonl"):
+        Trainer(config)
+    # the failed start released the run folder's lock
+    RunFolder.open(tmp_path / "r", config, "overwrite").close()
+
+
+def test_data_mix_and_checking_are_validated() -> None:
+    mix = ["data.mix=[{benchmark: gsm8k, split: train, size: 5}, {benchmark: math500}]"]
+    assert load_config(None, mix).data.mix[0] == {"benchmark": "gsm8k", "split": "train", "size": 5}
+    bad = {
+        "data.mix=[{benchmark: gsm8k, sise: 5}]": r"data.mix\[0\]: unknown key\(s\) \['sise'\]",
+        "data.mix=[{benchmark: gsm8k}, {benchmark: math, split: dev}]": (
+            r"data.mix\[1\].split: benchmark 'math' has no split 'dev'"
+        ),
+        "data.mix=[{benchmark: gsm8k, options: {level: easy}}]": (
+            r"data.mix\[0\].options: unknown option 'level'"
+        ),
+        "reward.checking=strict": r"reward.checking: unknown checking mode 'strict'",
+    }
+    for override, message in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, [override])
+    with pytest.raises(ConfigError, match="data.mix replaces data.benchmark"):
+        load_config(None, [*mix, "data.benchmark=math"])
 
 
 def test_gspo_preset_uses_tight_clip() -> None:

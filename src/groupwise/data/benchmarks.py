@@ -184,7 +184,7 @@ def load_benchmark(
     return spec.loader(data_dir=resolve_data_dir(data_dir), split=split, **options)
 
 
-def _loader_options(name: str) -> tuple[str, ...] | None:
+def benchmark_options(name: str) -> tuple[str, ...] | None:
     """The keyword options benchmark `name`'s loader takes besides data_dir and split; None
     when it takes any (**options)."""
     parameters = inspect.signature(_benchmark(name).loader).parameters.values()
@@ -231,7 +231,7 @@ class BenchmarkSpec:
         _benchmark(name)
         if spec.split is not None:
             _check_split(name, spec.split)
-        valid = _loader_options(name)
+        valid = benchmark_options(name)
         unknown = [k for k, _ in options if valid is not None and k not in valid]
         if unknown:
             raise ValueError(

@@ -21,9 +21,10 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
-from groupwise.data import TEMPLATES, benchmark_splits
-from groupwise.data.benchmarks import _benchmark
-from groupwise.rewards import component_names, correct_value
+from groupwise.data import TEMPLATES, MixPart, benchmark_options, benchmark_splits
+from groupwise.rewards import checking_mode, component_names, correct_value
+
+DEFAULT_BENCHMARK = "gsm8k"
 
 
 class ConfigError(ValueError):
@@ -62,15 +63,20 @@ class ModelConfig:
 class DataConfig:
     """The training problems and how they are shown to the model."""
 
-    benchmark: str = "gsm8k"
+    benchmark: str = DEFAULT_BENCHMARK
     """Registered benchmark name (groupwise.data.benchmark_names()); AMIR-GRPO trains on GSM8K
-    train, LENS on MATH train + DAPO-Math-17k."""
+    train."""
     split: str = "train"
     """Split of `benchmark` to train on."""
     data_dir: str | None = None
     """Folder laid out like ../shared/data; default env GROUPWISE_DATA, else the hub."""
     options: dict[str, Any] = field(default_factory=dict)
     """Extra loader options, e.g. {level: mid, size: 2000} for the synthetic `arith` task."""
+    mix: list[dict[str, Any]] = field(default_factory=list)
+    """Several benchmarks as one training set, in place of benchmark/split/options: parts
+    {benchmark, split, options, size (problems) or fraction, seed (of the draw)}
+    (groupwise.data.MixPart). LENS: [{benchmark: math, split: train}, {benchmark:
+    dapo_math_17k, split: train, size: 17500}]."""
     prompt: str = "amir"
     """Prompt template: amir (AMIR-GRPO's calibrated format) | boxed | gsm8k | plain."""
     limit: int | None = None
@@ -126,6 +132,11 @@ class RewardConfig:
     groupwise.rewards.register_component (e.g. ["my_project.rewards"])."""
     correctness_component: str = "correctness"
     """The component that LENS calibrates when combined with AMIR-GRPO (REFERENCE.md 3)."""
+    checking: str = "groupwise"
+    """How answers are checked (groupwise.rewards checking modes): groupwise (ours: answer
+    block, boxes, `#### N`, then Math-Verify's extraction), amir_official (the AMIR-GRPO official
+    correctness: last box, else last number, tolerance 1e-3), math_verify (Math-Verify on the
+    whole completion, the LENS paper's verifier). REFERENCE.md 2 and 3."""
     workers: int = 2
     """Processes for answer checking (math-verify under a hard timeout), >= 1."""
     timeout: float = 5.0
@@ -456,6 +467,10 @@ def _import_plugins(modules: list[str]) -> None:
 
 
 def _check_rewards(c: Config) -> None:
+    try:
+        checking_mode(c.reward.checking)
+    except ValueError as error:
+        raise ConfigError(f"reward.checking: {error}") from None
     if not c.reward.weights:
         raise ConfigError("reward.weights is empty: name at least one reward component")
     known = component_names()
@@ -480,31 +495,42 @@ def _check_rewards(c: Config) -> None:
 
 
 def _check_data(d: DataConfig) -> None:
-    """data.benchmark, data.split and data.options against the benchmark's loader."""
+    """data.benchmark, data.split and data.options against the benchmark's loader, or each part
+    of data.mix (which then replaces them)."""
+    if d.mix:
+        if (d.benchmark, d.split, d.options) != (DEFAULT_BENCHMARK, "train", {}):
+            raise ConfigError(
+                "data.mix replaces data.benchmark, data.split and data.options: give the "
+                "benchmark, split and options in each part of data.mix"
+            )
+        for number, part in enumerate(d.mix):
+            where = f"data.mix[{number}]"
+            try:
+                part = MixPart.from_dict(part, where)
+            except ValueError as error:
+                raise ConfigError(str(error)) from None
+            _check_benchmark(part.benchmark, part.split, part.options, f"{where}.")
+        return
+    _check_benchmark(d.benchmark, d.split, d.options, "data.")
+
+
+def _check_benchmark(name: str, split: str | None, options: Any, prefix: str) -> None:
     try:
-        splits = benchmark_splits(d.benchmark)
+        splits = benchmark_splits(name)
     except ValueError as error:
-        raise ConfigError(f"data.benchmark: {error}") from None
-    if d.split not in splits:
+        raise ConfigError(f"{prefix}benchmark: {error}") from None
+    if split is not None and split not in splits:
         raise ConfigError(
-            f"data.split: benchmark {d.benchmark!r} has no split {d.split!r}; valid splits: "
+            f"{prefix}split: benchmark {name!r} has no split {split!r}; valid splits: "
             + ", ".join(splits)
         )
-    parameters = inspect.signature(_benchmark(d.benchmark).loader).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return
-    options = [
-        name
-        for name, p in parameters.items()
-        if name not in ("data_dir", "split")
-        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    for name in d.options:
-        if name not in options:
-            valid = ", ".join(options) if options else "none (this benchmark takes no options)"
+    valid = benchmark_options(name)
+    for option in options if valid is not None else ():
+        if option not in valid:
+            listed = ", ".join(valid) if valid else "none (this benchmark takes no options)"
             raise ConfigError(
-                f"data.options: unknown option {name!r} for benchmark {d.benchmark!r}; "
-                f"valid options: {valid}"
+                f"{prefix}options: unknown option {option!r} for benchmark {name!r}; "
+                f"valid options: {listed}"
             )
 
 

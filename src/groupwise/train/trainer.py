@@ -61,7 +61,7 @@ from groupwise.algorithms import (
     preference_coefficients,
     sequence_mean_logp,
 )
-from groupwise.data import load_benchmark, render_prompt
+from groupwise.data import MixPart, load_benchmark, load_mix, render_prompt
 from groupwise.errors import NonFiniteError, check_finite
 from groupwise.models import (
     DTYPES,
@@ -172,10 +172,23 @@ class Trainer:
         self._owns_folder = folder is None and self.dist.is_main
         if self._owns_folder:
             self.folder = RunFolder.open(self.run_dir, cfg, "resume" if resume else "fresh")
+        try:
+            self._build(resume)
+        except BaseException:
+            self.close()  # a failed start must not keep the folder locked
+            raise
+
+    def _build(self, resume: bool) -> None:
+        """Data, model, generator, rewards, optimizer, schedule, algorithm, logs; then resume."""
+        cfg = self.config
         torch.manual_seed(cfg.train.seed)
         # Data before the model: a bad file or loader option fails before minutes of loading.
-        problems = load_benchmark(
-            cfg.data.benchmark, split=cfg.data.split, data_dir=cfg.data.data_dir, **cfg.data.options
+        problems = (
+            load_mix([MixPart.from_dict(part) for part in cfg.data.mix], cfg.data.data_dir)
+            if cfg.data.mix
+            else load_benchmark(
+                cfg.data.benchmark, cfg.data.split, cfg.data.data_dir, **cfg.data.options
+            )
         )
         if cfg.data.limit is not None:
             problems = problems[: cfg.data.limit]
@@ -222,7 +235,10 @@ class Trainer:
         for module in cfg.reward.plugins:
             importlib.import_module(module)
         self.rewards = RewardSuite(
-            cfg.reward.weights, workers=cfg.reward.workers, timeout=cfg.reward.timeout
+            cfg.reward.weights,
+            workers=cfg.reward.workers,
+            timeout=cfg.reward.timeout,
+            checking=cfg.reward.checking,
         )
 
         self.params = [p for p in model.parameters() if p.requires_grad]
