@@ -16,7 +16,7 @@ import torch
 from groupwise.cli import main as cli
 from groupwise.data import Problem
 from groupwise.evaluation import EvalConfig, ResumeMismatch, evaluate
-from groupwise.evaluation.command import add_arguments, config_from_args
+from groupwise.evaluation.command import add_arguments, answer_checker, config_from_args
 from groupwise.evaluation.sampling import problem_seed
 from groupwise.metrics import pass_at_k
 from groupwise.models import resolve_adapter
@@ -190,6 +190,7 @@ def test_config_validation_and_presets() -> None:
             paper.prompt) == (8, (1, 2, 4), 0.6, 1.0, 1024, "amir")
     assert paper.benchmarks[0] == "gsm8k" and len(paper.benchmarks) == 7
     assert "aqua@format=official" in paper.benchmarks  # as the paper's numbers were measured
+    assert paper.grading == "official"
     lens = config_from_args(parser.parse_args(
         ["--model", "m", "--output", "o", "--preset", "lens", "--temperature", "0.8",
          "--benchmarks", "math500,livemathbench:hard_en"]))
@@ -236,7 +237,25 @@ def test_lens_preset_is_the_lens_protocol() -> None:
     assert lens.benchmarks == ("math500",)
     assert (lens.n, lens.ks) == (16, (1, 2, 4, 8, 16))
     assert (lens.temperature, lens.top_p, lens.max_new_tokens) == (1.0, 1.0, 4096)
-    assert lens.prompt == "boxed"
+    assert lens.prompt == "boxed" and lens.grading == "math_verify"
+
+
+def test_grading_selects_how_answers_are_checked() -> None:
+    """official: AMIR-GRPO's grader gives nothing without an <answer> block; lenient reads the
+    box anywhere; math_verify is Math-Verify on the whole completion."""
+    boxed = "So the total is \\boxed{42}."
+    tagged = "<think>6 * 7</think> <answer> \\boxed{42} </answer>"
+    verdicts = {}
+    for grading in ("official", "lenient", "math_verify"):
+        check = answer_checker(EvalConfig(model="m", grading=grading), workers=1)
+        verdicts[grading] = [v.correct for v in check([boxed, tagged], ["42", "42"])]
+    assert verdicts == {
+        "official": [False, True],
+        "lenient": [True, True],
+        "math_verify": [True, True],
+    }
+    with pytest.raises(ValueError, match="grading: must be one of official, lenient"):
+        EvalConfig(model="m", grading="strict")
 
 
 def test_eval_help(capsys: pytest.CaptureFixture[str]) -> None:

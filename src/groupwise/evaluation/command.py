@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from groupwise.evaluation.config import PRESETS, EvalConfig, InvalidSetting
+from groupwise.evaluation.config import GRADINGS, PRESETS, EvalConfig, InvalidSetting
 from groupwise.evaluation.folder import count_pending
 from groupwise.evaluation.results import results_markdown
 from groupwise.evaluation.sampling import CheckFn, evaluate
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 # EvalConfig field -> the flag that sets it
 FLAGS = {"model": "--model", "adapter": "--adapter", "benchmarks": "--benchmarks", "n": "--n",
          "ks": "--k", "temperature": "--temperature", "top_p": "--top-p",
-         "max_new_tokens": "--max-new-tokens", "prompt": "--prompt", "limit": "--limit",
+         "max_new_tokens": "--max-new-tokens", "prompt": "--prompt", "grading": "--grading",
+         "limit": "--limit",
          "batch_size": "--batch-size", "dtype": "--dtype", "seed": "--seed",
          "data_dir": "--data-dir"}
 
@@ -71,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--top-p", type=float, default=None)
     p("--max-new-tokens", type=int, default=None)
     p("--prompt", default=None, choices=sorted(TEMPLATES), help="prompt template")
+    p("--grading", default=None, choices=list(GRADINGS),
+      help="how answers are checked: official (AMIR-GRPO's grader: no <answer> block, no "
+           "credit; amir preset), lenient (ours: boxes, '#### N', 'the answer is' anywhere), "
+           "math_verify (Math-Verify on the whole completion; lens preset)")
     p("--limit", type=int, default=None, help="first N problems of each benchmark")
     p("--data-dir", default=None, help="benchmark folder (default: $GROUPWISE_DATA)")
     p("--batch-size", type=int, default=64,
@@ -152,11 +157,13 @@ def load_problems(config: EvalConfig) -> dict[str, list[Problem]]:
 
 def answer_checker(config: EvalConfig, workers: int) -> CheckFn:
     """How the completions' answers are checked: groupwise.rewards.check_answers in `workers`
-    processes (the place where a grading setting of `config` selects its mode)."""
+    processes, in the checking mode of config.grading (GRADINGS)."""
     from groupwise.rewards import check_answers
 
+    mode = GRADINGS[config.grading]
+
     def check(texts: list[str], golds: list[str]) -> list[Verdict]:
-        return check_answers(texts, golds, workers=workers)
+        return check_answers(texts, golds, workers=workers, mode=mode)
 
     return check
 
