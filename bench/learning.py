@@ -267,9 +267,9 @@ def evaluate_policy(
 
 def read_curves(metrics_path: Path) -> dict[str, list[float]]:
     """{key: [value per step]} for CURVE_KEYS from a run's metrics.jsonl."""
-    from groupwise.train.metrics_log import read_jsonl
+    from groupwise.records import iter_jsonl
 
-    records = read_jsonl(metrics_path)
+    records = [row for _, row in iter_jsonl(metrics_path)]
     return {key: [float(r.get(key, math.nan)) for r in records] for key in ("step", *CURVE_KEYS)}
 
 

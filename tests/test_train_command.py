@@ -21,9 +21,15 @@ import torch
 import groupwise.train.trainer as trainer_module
 from groupwise.cli import main
 from groupwise.errors import NonFiniteError
+from groupwise.records import iter_jsonl
 from groupwise.train.checkpoint import checkpoint_problem
 from groupwise.train.config import ConfigError, load_config, save_config
-from groupwise.train.metrics_log import read_jsonl
+
+
+def logged(path: Path) -> list[dict]:
+    """The JSON objects of a run's JSON-lines log, in order."""
+    return [row for _, row in iter_jsonl(path)]
+
 
 TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
@@ -79,7 +85,7 @@ def test_a_non_utf8_data_line_is_one_line_naming_file_and_line(tmp_path: Path, c
     (data / "gsm8k" / "train.jsonl").write_bytes(good.encode() + b"\n" + bad + b"\n")
     assert main(tiny_run(tmp_path / "run", f"data.data_dir={data}")) == 2
     err = one_line_error(capsys)
-    assert f"{data / 'gsm8k' / 'train.jsonl'} line 2: not UTF-8 (byte 0xe9" in err
+    assert f"{data / 'gsm8k' / 'train.jsonl'} line 2: not valid UTF-8 (byte 0xe9" in err
 
 
 def test_a_missing_model_folder_is_one_line_naming_it(tmp_path: Path, capsys) -> None:
@@ -105,7 +111,7 @@ def test_a_fresh_run_into_a_used_folder_is_refused(tmp_path: Path, capsys) -> No
     assert main(tiny_run(tmp_path)) == 2
     err = one_line_error(capsys)
     assert str(tmp_path) in err and "--resume" in err and "--overwrite" in err
-    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    assert [r["step"] for r in logged(tmp_path / "metrics.jsonl")] == [1, 2, 3]
 
 
 def test_resume_with_a_changed_setting_is_refused_by_name(tmp_path: Path, capsys) -> None:
@@ -119,6 +125,7 @@ HOLDER = """
 import sys, time
 from groupwise.train.config import load_config
 from groupwise.train.run_folder import RunFolder
+
 RunFolder.open(sys.argv[1], load_config(None, sys.argv[2:]), "fresh")
 print("locked", flush=True)
 time.sleep(300)
@@ -173,7 +180,7 @@ def test_overwrite_starts_the_run_clean(tmp_path: Path, capsys) -> None:
     stale = tmp_path / "checkpoints" / "step-3"
     stale.mkdir(parents=True)
     assert main([*tiny_run(tmp_path), "--overwrite"]) == 0
-    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1]
+    assert [r["step"] for r in logged(tmp_path / "metrics.jsonl")] == [1]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-1"]
 
 
@@ -186,7 +193,7 @@ def test_resume_skips_a_damaged_checkpoint_and_continues(tmp_path: Path, capsys)
     err = capsys.readouterr().err
     assert "skipped checkpoint step-2 (trainer_state.pt has 100 bytes" in err
     assert f"resuming from {tmp_path / 'checkpoints' / 'step-1'} (step 1)" in err
-    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    assert [r["step"] for r in logged(tmp_path / "metrics.jsonl")] == [1, 2, 3]
     assert (tmp_path / "checkpoints" / "step-2.damaged").is_dir()
 
 
@@ -249,8 +256,8 @@ def test_a_diverged_policy_stops_before_any_step_on_it(tmp_path: Path, capsys) -
     assert "lower optim.lr (now 1e+10)" in err
     failed = int(re.search(r"step (\d+):", err).group(1))
     # every finished step was logged and checkpointed, intact; nothing of the failed step was
-    logged = [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
-    assert logged == list(range(1, failed))
+    steps = [r["step"] for r in logged(run / "metrics.jsonl")]
+    assert steps == list(range(1, failed))
     checkpoints = sorted((run / "checkpoints").iterdir())
     assert checkpoints[-1].name == f"step-{failed - 1}"
     assert all(checkpoint_problem(c) is None for c in checkpoints)
@@ -290,7 +297,7 @@ def test_sigterm_checkpoints_then_exits_143(tmp_path: Path) -> None:
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 143, err
-    step = len(read_jsonl(run / "metrics.jsonl"))
+    step = len(logged(run / "metrics.jsonl"))
     assert f"stopped by SIGTERM at step {step}" in err and err.rstrip().endswith("--resume")
     assert checkpoint_problem(run / "checkpoints" / f"step-{step}") is None
     assert not (run / "final").exists()

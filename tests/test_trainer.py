@@ -18,10 +18,15 @@ import yaml
 
 from groupwise.algorithms import mine_pairs
 from groupwise.models import load_model, reference_policy
+from groupwise.records import iter_jsonl
 from groupwise.scoring import completion_logprobs
 from groupwise.train.config import config_from_dict, load_config
-from groupwise.train.metrics_log import read_jsonl
 from groupwise.train.trainer import Trainer
+
+
+def logged(path: Path) -> list[dict]:
+    """The JSON objects of a run's JSON-lines log, in order."""
+    return [row for _, row in iter_jsonl(path)]
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -108,7 +113,7 @@ def test_every_algorithm_path_steps_and_changes_weights(tmp_path: Path, name: st
     after = trainable(trainer)
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True)), name
 
-    records = read_jsonl(tmp_path / "metrics.jsonl")
+    records = logged(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2]
     for record in records:
         for key in ("policy_loss", "kl", "preference_loss", "grad_norm", "reward_mean"):
@@ -133,26 +138,26 @@ def test_all_equal_group_gives_zero_gradient_under_grpo_but_not_lens(tmp_path: P
     grpo = make_trainer(tmp_path / "grpo", *binary)
     before = trainable(grpo)
     grpo.train()
-    record = read_jsonl(tmp_path / "grpo" / "metrics.jsonl")[0]
+    record = logged(tmp_path / "grpo" / "metrics.jsonl")[0]
     assert record["group_all_wrong"] == 1.0
     assert record["grad_norm"] == 0.0 and record["advantage_abs_mean"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, trainable(grpo), strict=True))
 
     lens = make_trainer(tmp_path / "lens", *binary, "algorithm.advantage=lens")
     lens.train()
-    record = read_jsonl(tmp_path / "lens" / "metrics.jsonl")[0]
+    record = logged(tmp_path / "lens" / "metrics.jsonl")[0]
     assert record["group_all_wrong"] == 1.0
     assert record["grad_norm"] > 0 and record["advantage_abs_mean"] > 0
     # Negative groups: |A| <= alpha / G (REFERENCE.md 3).
-    samples = read_jsonl(tmp_path / "lens" / "rollouts.jsonl")[0]
+    samples = logged(tmp_path / "lens" / "rollouts.jsonl")[0]
     assert max(abs(a) for a in samples["advantages"]) <= 0.25 / 4 + 1e-6
 
 
 def test_logged_pairs_equal_mine_pairs_on_logged_rewards(tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path, "algorithm.amir=true", "train.max_steps=3")
     trainer.train()
-    metrics = read_jsonl(tmp_path / "metrics.jsonl")
-    samples = read_jsonl(tmp_path / "rollouts.jsonl")
+    metrics = logged(tmp_path / "metrics.jsonl")
+    samples = logged(tmp_path / "rollouts.jsonl")
     assert len(metrics) == len(samples) == 3
     for record, sample in zip(metrics, samples, strict=True):
         chosen, rejected = mine_pairs(torch.tensor(sample["rewards"]), 4, 2.0)
@@ -201,8 +206,8 @@ def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(tmp_path: Path) ->
     assert resumed.step == 2
     resumed.train()
 
-    straight = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
-    again = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
+    straight = logged(tmp_path / "straight" / "metrics.jsonl")
+    again = logged(tmp_path / "resumed" / "metrics.jsonl")
     assert [r["step"] for r in again] == [1, 2, 3, 4]
     assert _comparable(again) == _comparable(straight)
 
@@ -239,8 +244,8 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
     assert not (killed_dir / "final").exists()
 
     subprocess.run(command(killed_dir, "--resume"), env=env, check=True, capture_output=True)
-    straight = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
-    resumed = read_jsonl(killed_dir / "metrics.jsonl")
+    straight = logged(tmp_path / "straight" / "metrics.jsonl")
+    resumed = logged(killed_dir / "metrics.jsonl")
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     assert _comparable(resumed) == _comparable(straight)
 

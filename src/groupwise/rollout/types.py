@@ -144,6 +144,17 @@ class Rollouts:
 
 @runtime_checkable
 class Generator(Protocol):
-    """A rollout engine: n completions for each prompt, as Rollouts (group-major)."""
+    """A rollout engine: n completions for each prompt, as Rollouts (group-major).
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts: ...
+    prompt_seeds: one seed per prompt, so that a prompt's samples come from its own random
+    stream whatever else shares the batch (the trainer and `groupwise eval` pass them); None
+    lets the engine seed from `sampling.seed`.
+    """
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int,
+        sampling: SamplingParams,
+        prompt_seeds: Sequence[int] | None = None,
+    ) -> Rollouts: ...

@@ -123,6 +123,3 @@ class MetricsLog(JsonlLog):
         if self._writer is not None:
             self._writer.close()
 
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
