@@ -52,6 +52,7 @@ from groupwise.algorithms import (
     AdvantageSettings,
     GroupRewards,
     LossSettings,
+    LossTerms,
     PreferenceTerms,
     get_advantage_estimator,
     group_types,
@@ -197,31 +198,7 @@ class Trainer:
         )
 
         device = self.dist.device(cfg.model.device)
-        model, self.tokenizer = load_model(
-            cfg.model.name, dtype=cfg.model.dtype, device=device, seed=cfg.model.seed
-        )
-        if cfg.model.lora:
-            model = attach_lora(
-                model,
-                LoraSettings(
-                    r=cfg.model.lora_r,
-                    alpha=cfg.model.lora_alpha,
-                    dropout=cfg.model.lora_dropout,
-                    target_modules=cfg.model.lora_target_modules,
-                ),
-            )
-        # Dropout off (as TRL's disable_dropout): the log-probs of the loss must be those of the
-        # policy that sampled, and logp_old is recorded from a training forward pass.
-        model.eval()
-        if cfg.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-            if cfg.model.lora:
-                model.enable_input_require_grads()
-            # transformers checkpoints layers only in training mode: train mode, dropout at 0.
-            for module in model.modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.0
-            model.train()
+        model = self._load_policy(device)
         self.model = model
         self.device = torch.device(device)
         rollout_dtype = None if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
@@ -269,6 +246,37 @@ class Trainer:
             self.rollout_log = JsonlLog(path, resume_step) if main else _SilentLog(path)
         self._stop_requested = False
         self.stop_signal: int | None = None
+
+    def _load_policy(self, device: str) -> torch.nn.Module:
+        """The policy to train (LoRA attached when configured), dropout off; its tokenizer goes
+        to self.tokenizer."""
+        cfg = self.config
+        model, self.tokenizer = load_model(
+            cfg.model.name, dtype=cfg.model.dtype, device=device, seed=cfg.model.seed
+        )
+        if cfg.model.lora:
+            model = attach_lora(
+                model,
+                LoraSettings(
+                    r=cfg.model.lora_r,
+                    alpha=cfg.model.lora_alpha,
+                    dropout=cfg.model.lora_dropout,
+                    target_modules=cfg.model.lora_target_modules,
+                ),
+            )
+        # Dropout off (as TRL's disable_dropout): the log-probs of the loss must be those of the
+        # policy that sampled, and logp_old is recorded from a training forward pass.
+        model.eval()
+        if cfg.model.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if cfg.model.lora:
+                model.enable_input_require_grads()
+            # transformers checkpoints layers only in training mode: train mode, dropout at 0.
+            for module in model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+            model.train()
+        return model
 
     def use_algorithm(self, algo: AlgorithmConfig) -> None:
         """Set the algorithm options (the config's algorithm section) and what derives from
@@ -506,47 +514,16 @@ class Trainer:
         pref_grads = [torch.zeros_like(p) for p in self.params] if measure_grad else []
         sums = MetricSums()
         for micro in self._micro_batches(rows):
-            micro_mask = mask[micro].to(self.device)
-            ref_logp = self._reference_logprobs(batch.rollouts, micro)
-            logp = self._logprobs(self.model, batch.rollouts, micro)
-            if on_policy:
-                old.record(micro, logp)
-            pref = self._preference(old, micro, micro_mask, ref_logp, pairs, batch_pairs)
-            terms = loss_terms(
-                logp,
-                micro_mask,
-                batch.advantages[batch.rows[micro]].to(logp.device),
-                self.loss_settings,
-                old_logp=None if on_policy else old.of(micro).to(logp.device),
-                ref_logp=ref_logp,
-                coefficients=None if pref is None else pref.coefficients.to(logp.device),
-            )
-            tokens = int(micro_mask.sum())
-            share = micro_batch_share(
-                algo.aggregation, micro.stop - micro.start, tokens, batch_rows, batch_tokens
-            )
+            terms, pref = self._micro_batch_terms(batch, old, micro, on_policy, pairs, batch_pairs)
+            rows_n, tokens = micro.stop - micro.start, int(mask[micro].sum())
+            share = micro_batch_share(algo.aggregation, rows_n, tokens, batch_rows, batch_tokens)
             policy_and_kl = terms.grpo(algo.kl_coef)
             if self.lambda_reg is not None and first_use:
                 self._observe_losses(float(policy_and_kl.detach()) * share, share, pref)
-            loss = share * policy_and_kl
-            if terms.preference is not None and measure_grad:
-                grads = torch.autograd.grad(
-                    terms.preference, self.params, retain_graph=True, allow_unused=True
-                )
-                for buffer, grad in zip(pref_grads, grads, strict=True):
-                    if grad is not None:
-                        buffer.add_(grad)
-            elif terms.preference is not None:
-                loss = loss + self.lambda_reg.value * terms.preference
+            loss = share * policy_and_kl + self._preference_part(terms, pref_grads)
             check_finite(loss.detach(), "loss", step=self.step + 1, hint=self._divergence_hint())
             loss.backward()
-            sums.add(
-                policy_loss=share * float(terms.policy.detach()),
-                kl=share * float(terms.kl.detach()) if terms.kl is not None else 0.0,
-                **{k: float(v) * tokens / batch_tokens for k, v in terms.clip.items()},
-                preference_loss_sum=float(pref.pair_losses.sum()) if pref is not None else 0.0,
-                pair_logp_margin_sum=float(pref.logp_margins.sum()) if pref is not None else 0.0,
-            )
+            sums.add(**_micro_batch_metrics(terms, pref, share, tokens / batch_tokens))
         self.dist.sum_gradients(self.params, pref_grads)
         if measure_grad:
             self._combine_measured_preference(pref_grads)
@@ -561,6 +538,48 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return {**sums.total(self.dist), "pairs": batch_pairs, "grad_norm": grad_norm,
                 "learning_rate": learning_rate}
+
+    def _micro_batch_terms(
+        self,
+        batch: StepBatch,
+        old: RolloutLogprobs,
+        micro: slice,
+        on_policy: bool,
+        pairs: tuple[torch.Tensor, torch.Tensor],
+        batch_pairs: int,
+    ) -> tuple[LossTerms, PreferenceTerms | None]:
+        """The forward passes of one micro-batch and its loss terms (groupwise.algorithms)."""
+        mask = batch.rollouts.completion_mask[micro].bool().to(self.device)
+        ref_logp = self._reference_logprobs(batch.rollouts, micro)
+        logp = self._logprobs(self.model, batch.rollouts, micro)
+        if on_policy:
+            old.record(micro, logp)
+        pref = self._preference(old, micro, mask, ref_logp, pairs, batch_pairs)
+        terms = loss_terms(
+            logp,
+            mask,
+            batch.advantages[batch.rows[micro]].to(logp.device),
+            self.loss_settings,
+            old_logp=None if on_policy else old.of(micro).to(logp.device),
+            ref_logp=ref_logp,
+            coefficients=None if pref is None else pref.coefficients.to(logp.device),
+        )
+        return terms, pref
+
+    def _preference_part(self, terms: LossTerms, pref_grads: list[torch.Tensor]) -> Any:
+        """lambda * the AMIR term, to add to the micro-batch's loss; or, when lambda is measured
+        by gradients this step, 0, with the term's gradient kept apart in pref_grads."""
+        if terms.preference is None:
+            return 0.0
+        if not pref_grads:
+            return self.lambda_reg.value * terms.preference
+        grads = torch.autograd.grad(
+            terms.preference, self.params, retain_graph=True, allow_unused=True
+        )
+        for buffer, grad in zip(pref_grads, grads, strict=True):
+            if grad is not None:
+                buffer.add_(grad)
+        return 0.0
 
     def _preference(
         self,
@@ -868,6 +887,20 @@ def _take_scores(scores: Scores, order: torch.Tensor) -> Scores:
         correct=scores.correct[order],
         verdicts=[scores.verdicts[i] for i in order.tolist()],
     )
+
+
+def _micro_batch_metrics(
+    terms: LossTerms, pref: PreferenceTerms | None, share: float, token_share: float
+) -> dict[str, float]:
+    """A micro-batch's part of its update's metrics: losses by their share of the update, clip
+    statistics by its share of the tokens, pair sums as they are."""
+    return {
+        "policy_loss": share * float(terms.policy.detach()),
+        "kl": share * float(terms.kl.detach()) if terms.kl is not None else 0.0,
+        **{name: float(value) * token_share for name, value in terms.clip.items()},
+        "preference_loss_sum": float(pref.pair_losses.sum()) if pref is not None else 0.0,
+        "pair_logp_margin_sum": float(pref.logp_margins.sum()) if pref is not None else 0.0,
+    }
 
 
 # Update metrics averaged over the step's updates (mini-batches x epochs).
