@@ -102,6 +102,22 @@ def mine_pairs(
     return group * group_size + i, group * group_size + j
 
 
+def _pair_logits(
+    mean_logp: Tensor, ref_mean_logp: Tensor | None, chosen: Tensor, rejected: Tensor, beta: float
+) -> Tensor:
+    """z_p = beta [(l_c - l_ref,c) - (l_r - l_ref,r)] of each pair [P]; the reference is a
+    constant, None is reference-free (l_ref = 0)."""
+    margins = mean_logp
+    if ref_mean_logp is not None:
+        if ref_mean_logp.shape != mean_logp.shape:
+            raise ValueError(
+                f"ref_mean_logp has shape {tuple(ref_mean_logp.shape)}, the policy's "
+                f"{tuple(mean_logp.shape)}: they must match"
+            )
+        margins = margins - ref_mean_logp.detach().to(margins.dtype)
+    return beta * (margins[chosen] - margins[rejected])
+
+
 def preference_loss(
     policy_mean_logp: Tensor,
     ref_mean_logp: Tensor | None,
@@ -132,15 +148,7 @@ def preference_loss(
     if not isinstance(policy_mean_logp, Tensor) or policy_mean_logp.dim() != 1:
         raise ValueError("policy_mean_logp must be a 1-D tensor [B]")
     _check_pairs(chosen, rejected)
-    margins = policy_mean_logp
-    if ref_mean_logp is not None:
-        if ref_mean_logp.shape != policy_mean_logp.shape:
-            raise ValueError(
-                f"ref_mean_logp has shape {tuple(ref_mean_logp.shape)}, policy_mean_logp "
-                f"{tuple(policy_mean_logp.shape)}: they must match"
-            )
-        margins = margins - ref_mean_logp.detach().to(margins.dtype)
-    z = beta * (margins[chosen] - margins[rejected])
+    z = _pair_logits(policy_mean_logp, ref_mean_logp, chosen, rejected, beta)
     # sum / max(P, 1): the mean for P > 0, and a graph-connected 0 for P = 0.
     return -F.logsigmoid(z).sum() / max(chosen.numel(), 1)
 
@@ -207,15 +215,7 @@ def preference_coefficients(
             f"num_pairs must be an int >= {chosen.numel()} (the pairs given), got {pairs!r}"
         )
     l_old = _as_float(mean_logp_old, "mean_logp_old").detach()
-    margins = l_old
-    if ref_mean_logp is not None:
-        if ref_mean_logp.shape != l_old.shape:
-            raise ValueError(
-                f"ref_mean_logp has shape {tuple(ref_mean_logp.shape)}, mean_logp_old "
-                f"{tuple(l_old.shape)}: they must match"
-            )
-        margins = margins - ref_mean_logp.detach().to(margins.dtype)
-    z = beta * (margins[chosen] - margins[rejected])
+    z = _pair_logits(l_old, ref_mean_logp, chosen, rejected, beta)
     weight = torch.sigmoid(-z) * (beta / max(pairs, 1))
     coefficients = torch.zeros_like(l_old)
     coefficients.index_add_(0, chosen, -weight)
