@@ -15,3 +15,9 @@ from groupwise.rewards import Verdict, register_component
 def text_hash(completion: str, verdict: Verdict) -> float:
     """3.0 for about a third of texts, else 0.0."""
     return 3.0 if zlib.crc32(completion.encode()) % 3 == 0 else 0.0
+
+
+@register_component("nan_for_tests")
+def nan_for_tests(completion: str, verdict: Verdict) -> float:
+    """A broken plugin: NaN for every completion (groupwise train must name it, not crash)."""
+    return float("nan")

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import groupwise.rewards.suite as suite_module
+from groupwise.errors import RewardError
 from groupwise.rewards import (
     AMIR_GRPO_CHECKING,
     AMIR_GRPO_GROUPWISE_WEIGHTS,
@@ -409,7 +410,7 @@ def test_a_component_returning_a_non_number_is_named(bad: object) -> None:
 
     try:
         suite = RewardSuite({"binary": 1.0, "broken_plugin_value": 1.0})
-        with pytest.raises(ValueError) as raised:
+        with pytest.raises(RewardError) as raised:
             suite.score(["\\boxed{4}", "\\boxed{5}"], ["4", "4"])
         message = str(raised.value)
         assert "'broken_plugin_value'" in message
@@ -426,7 +427,7 @@ def test_a_component_that_raises_is_named() -> None:
 
     try:
         expected = r"'raising_plugin' \(.*raising\) raised on completion 0 of 1: KeyError"
-        with pytest.raises(RuntimeError, match=expected):
+        with pytest.raises(RewardError, match=expected):
             RewardSuite({"raising_plugin": 1.0}).score(["\\boxed{4}"], ["4"])
     finally:
         COMPONENTS.pop("raising_plugin")

@@ -197,6 +197,13 @@ def test_resume_skips_a_damaged_checkpoint_and_continues(tmp_path: Path, capsys)
     assert (tmp_path / "checkpoints" / "step-2.damaged").is_dir()
 
 
+def test_a_reward_plugin_returning_nan_is_named_in_one_line(tmp_path: Path, capsys) -> None:
+    code = main(tiny_run(tmp_path / "run", "reward.weights={nan_for_tests: 1.0}"))
+    assert code == 2
+    err = one_line_error(capsys)
+    assert "reward component 'nan_for_tests' (reward_plugin.nan_for_tests) returned nan" in err
+
+
 # --- how a run that did not finish exits --------------------------------------------------------
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import warnings
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -28,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
+    if os.environ.get("GROUPWISE_DEBUG", "") in ("", "0"):
+        # Our dependencies' notices of their own coming API changes are for us, not for users;
+        # they would also break the one-line error messages.
+        warnings.filterwarnings(
+            "ignore", category=FutureWarning, module=r"(transformers|peft|accelerate)(\.|$)"
+        )
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     sub_parser = argparse.ArgumentParser(prog=f"groupwise {argv[0]}")
     module.add_arguments(sub_parser)

@@ -3,6 +3,8 @@
 NonFiniteError: a NaN or an infinity where training or sampling needs a finite number (a
 diverged policy). The sampler raises it on logits (groupwise.rollout), the trainer on losses and
 gradient norms through `check_finite`, before any optimizer step uses them.
+RewardError: a reward component (often a user's plugin) that raised or returned something other
+than a finite number; `groupwise train` reports it as a user error.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import math
 
 import torch
 
-__all__ = ["NonFiniteError", "check_finite"]
+__all__ = ["NonFiniteError", "RewardError", "check_finite"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -33,6 +35,11 @@ class NonFiniteError(FloatingPointError):
         """The same error located at training step `step`; `hint`, when given, replaces its own
         (the trainer knows the settings to name, e.g. the learning rate)."""
         return NonFiniteError(self.what, step, hint or self.hint)
+
+
+class RewardError(ValueError):
+    """A reward component raised, or returned anything but a finite real number; the message
+    names the component, the function that implements it and the completion."""
 
 
 def check_finite(

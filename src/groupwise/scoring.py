@@ -89,7 +89,7 @@ def completion_logprobs(
     vocab = model.get_output_embeddings().weight.shape[0]
     # Small enough: the model's own head gives the logits; else hidden states, head in chunks.
     whole = batch * length * vocab * 4 <= max_logits_bytes
-    checkpointing = model.training and getattr(model, "is_gradient_checkpointing", False)
+    checkpointing = model.training and _activation_checkpointing(model)
     if group_size > 1 and not checkpointing:
         states = _shared_prompt_states(
             model, prompt_ids, prompt_mask, completion_ids, completion_mask, group_size, whole
@@ -186,6 +186,13 @@ def rollout_mean_logp(
         rollouts.completion_mask,
         batch_size,
     )
+
+
+def _activation_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether the model recomputes activations in backward (transformers >= 5.24 names it
+    is_activation_checkpointing; earlier 5.x is_gradient_checkpointing, since deprecated)."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    return bool(getattr(model, "is_gradient_checkpointing", False) if flag is None else flag)
 
 
 def _shared_prompt_states(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from groupwise.errors import RewardError
 from groupwise.rewards.checking import DEFAULT_TIMEOUT, check_answers
 from groupwise.rewards.components import Component, get_component
 from groupwise.rewards.judging import DEFAULT_MODE, Verdict, checking_mode
@@ -131,12 +132,12 @@ def _column(component: Component, pairs: list[tuple[str, Verdict]]) -> list[floa
         try:
             value = component.fn(completion, verdict)
         except Exception as error:
-            raise RuntimeError(
+            raise RewardError(
                 f"reward component {component.name!r} ({where}) raised on completion {index} "
                 f"of {len(pairs)}: {type(error).__name__}: {error}"
             ) from error
         if not isinstance(value, numbers.Real) or not math.isfinite(value):
-            raise ValueError(
+            raise RewardError(
                 f"reward component {component.name!r} ({where}) returned {value!r} for "
                 f"completion {index} of {len(pairs)}; a component must return a finite number"
             )

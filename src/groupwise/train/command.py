@@ -18,7 +18,7 @@ import shlex
 import signal
 import sys
 
-from groupwise.errors import NonFiniteError
+from groupwise.errors import NonFiniteError, RewardError
 from groupwise.train.config import Config, ConfigError, documented_yaml, load_config
 from groupwise.train.run_folder import RunFolder, RunFolderError
 
@@ -112,6 +112,10 @@ def _train(
         return _user_error(err)
     try:
         final = trainer.train()
+    except RewardError as err:  # a reward plugin's mistake: the user's to fix
+        if debug:
+            raise
+        return _user_error(err)
     except NonFiniteError as err:
         if debug:
             raise

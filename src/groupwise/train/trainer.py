@@ -268,7 +268,9 @@ class Trainer:
         # policy that sampled, and logp_old is recorded from a training forward pass.
         model.eval()
         if cfg.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            # transformers >= 5.24 names it activation_checkpointing_enable (the old name warns)
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            (enable or model.gradient_checkpointing_enable)()
             if cfg.model.lora:
                 model.enable_input_require_grads()
             # transformers checkpoints layers only in training mode: train mode, dropout at 0.
