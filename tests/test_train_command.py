@@ -77,6 +77,16 @@ def test_debug_flag_or_env_shows_the_traceback(tmp_path: Path, monkeypatch) -> N
         main(tiny_run(tmp_path, "reward.timeout=0"))
 
 
+def test_yaml_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    # a value that does not parse as YAML (an unquoted brace), in an override and in a file
+    assert main([*tiny_run(tmp_path / "run"), "reward.weights={text_hash:"]) == 2
+    assert "cannot parse value: while parsing a flow node" in one_line_error(capsys)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  max_steps: [1\n")
+    assert main([*tiny_run(tmp_path / "run"), "--config", str(bad)]) == 2
+    assert f"{bad}: not valid YAML" in one_line_error(capsys)
+
+
 def test_a_non_utf8_data_line_is_one_line_naming_file_and_line(tmp_path: Path, capsys) -> None:
     data = tmp_path / "data"
     (data / "gsm8k").mkdir(parents=True)

@@ -653,7 +653,8 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     try:
         node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
-        raise ConfigError(f"override {override!r}: cannot parse value: {err}") from err
+        reason = " ".join(str(err).split())  # YAML errors span lines; ours are one line
+        raise ConfigError(f"override {override!r}: cannot parse value: {reason}") from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -678,7 +679,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+            reason = " ".join(str(err).split())  # YAML errors span lines; ours are one line
+            raise ConfigError(f"{path}: not valid YAML: {reason}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(
                 f"{path}: expected a mapping of sections (model:, data:, rollout:, ...), "
