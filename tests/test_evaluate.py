@@ -284,7 +284,8 @@ def test_resolve_adapter_layouts(tmp_path: Path) -> None:
         resolve_adapter(full)
 
 
-def test_eval_end_to_end_tiny_random_with_adapter(tmp_path: Path, data_dir: Path) -> None:
+def test_eval_end_to_end_tiny_random_with_adapter(tmp_path: Path, data_dir: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from groupwise.models import attach_lora, load_model
 
     model, _ = load_model("tiny-random")
@@ -309,26 +310,28 @@ def test_eval_end_to_end_tiny_random_with_adapter(tmp_path: Path, data_dir: Path
     before = (out / "samples.jsonl").read_text()
     assert cli(argv) == 0  # resume: nothing left to sample, same samples
     assert (out / "samples.jsonl").read_text() == before
-    with pytest.raises(SystemExit, match="top_p: saved 1.0, now 0.9"):
-        cli([*argv, "--top-p", "0.9"])
+    capsys.readouterr()
+    assert cli([*argv, "--top-p", "0.9"]) == 2
+    assert "top_p: saved 1.0, now 0.9" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- issue 14, item 7
 
 
-def _refused(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
-    """The one-line message of a refused `groupwise eval` run (failing if a model loads)."""
+def _refused(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+             capsys: pytest.CaptureFixture[str]) -> str:
+    """The one-line message of a refused `groupwise eval` run, exit status 2 (failing if a
+    model loads)."""
     import groupwise.models
 
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was loaded before the settings were checked")
 
     monkeypatch.setattr(groupwise.models, "load_model", no_model)
-    with pytest.raises(SystemExit) as exit_info:
-        cli(argv)
-    message = str(exit_info.value.code)
-    assert "\n" not in message
-    return message
+    assert cli(argv) == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and message.startswith("groupwise eval: ")
+    return message.removeprefix("groupwise ")
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
@@ -352,20 +355,21 @@ def _refused(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
 ])  # fmt: skip
 def test_bad_flags_refused_before_anything_is_written(
         tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str],
-        expected: str) -> None:
+        expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "eval"
     argv = ["eval", "--model", "tiny-random", "--benchmarks", "gsm8k", "--limit", "1",
             "--data-dir", str(data_dir), "--output", str(out), "--quiet", *flags]
-    message = _refused(argv, monkeypatch)
+    message = _refused(argv, monkeypatch, capsys)
     assert message.startswith("eval: " + expected)
     assert not out.exists()
 
 
 def test_unknown_model_refused_before_loading(tmp_path: Path, data_dir: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "eval"
     message = _refused(["eval", "--model", "no such model", "--benchmarks", "gsm8k",
-                        "--data-dir", str(data_dir), "--output", str(out)], monkeypatch)
+                        "--data-dir", str(data_dir), "--output", str(out)], monkeypatch, capsys)
     assert message.startswith("eval: --model: unknown model 'no such model': not an alias")
     assert not out.exists()
 
@@ -454,7 +458,8 @@ def test_resume_is_sample_exact_wherever_samples_jsonl_was_cut(
 
 
 def test_non_utf8_byte_in_an_eval_file_names_file_and_line(
-        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     bad = b'{"question": "caf\xe9?", "answer": "#### 1"}\n'  # latin-1, not UTF-8
     gsm8k = tmp_path / "data" / "gsm8k"
     gsm8k.mkdir(parents=True)
@@ -463,7 +468,7 @@ def test_non_utf8_byte_in_an_eval_file_names_file_and_line(
     out = tmp_path / "eval"
     argv = ["eval", "--model", "tiny-random", "--benchmarks", "gsm8k", "--n", "1", "--k", "1",
             "--data-dir", str(tmp_path / "data"), "--output", str(out), "--quiet"]
-    message = _refused(argv, monkeypatch)
+    message = _refused(argv, monkeypatch, capsys)
     assert f"{gsm8k / 'test.jsonl'} line 2: not valid UTF-8 (byte 0xe9" in message
     assert not out.exists()
 

@@ -8,6 +8,7 @@ with one line naming the flag and its valid range.
 from __future__ import annotations
 
 import argparse
+import sys
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -180,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
         problems = load_problems(config)
         pending = count_pending(config, problems, args.output)
     except (ValueError, FileNotFoundError, ImportError) as err:
-        raise SystemExit(f"eval: {err}") from err
+        print(f"groupwise eval: {err}", file=sys.stderr)  # a user error: one line, exit 2
+        return 2
     generator = prompt_fn = logp_fn = None
     if pending:  # a rerun with everything sampled only rewrites the results: no model needed
         model, tokenizer = load_policy(config.model, config.adapter, dtype=config.dtype,
