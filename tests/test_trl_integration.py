@@ -443,3 +443,58 @@ def test_lens_needs_to_know_the_correctness_reward(tmp_path: Path) -> None:
             args=fx.trl_config(tmp_path),
             train_dataset=fx.dataset(),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The example script and the accelerate configs it documents
+
+
+def _example():
+    import importlib.util
+
+    path = TESTS.parent / "examples" / "trl_amir_grpo.py"
+    spec = importlib.util.spec_from_file_location("trl_amir_grpo", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
+    example = _example()
+    _, args = example.parse_args(["--amir", "--advantage", "lens", "--bf16", "false"])
+    assert (args.amir, args.advantage, args.loss_type, args.max_grad_norm) == (
+        True, "lens", "grpo", 0.1
+    )
+    trainer = example.main(
+        [
+            *("--model_name_or_path", "tiny-random", "--data_dir", str(data_dir)),
+            *("--amir", "--advantage", "lens", "--margin", "0.1", "--max_steps", "1"),
+            *("--num_generations", "2", "--per_device_train_batch_size", "2"),
+            *("--max_completion_length", "4", "--bf16", "false", "--use_cpu", "true"),
+            *("--gradient_checkpointing", "false", "--report_to", "none"),
+            *("--save_strategy", "no", "--output_dir", str(tmp_path)),
+        ]
+    )
+    log = trainer.state.log_history[0]
+    assert trainer.args.correctness_reward == "correctness" and trainer.args.correct_value == 2.0
+    assert [f.__name__ for f in trainer.reward_funcs] == [
+        "correctness", "format", "integer", "tag_count", "calibration"
+    ]
+    assert math.isfinite(log["loss"]) and "amir/lambda" in log and "groups/all_wrong" in log
+    assert (tmp_path / "adapter_model.safetensors").is_file()
+
+
+def test_accelerate_configs_load() -> None:
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    kinds = {
+        path.name: ClusterConfig.from_yaml_file(str(path)).distributed_type.value
+        for path in sorted((TESTS.parent / "examples" / "accelerate").glob("*.yaml"))
+    }
+    assert kinds == {
+        "deepspeed_zero2.yaml": "DEEPSPEED",
+        "deepspeed_zero3.yaml": "DEEPSPEED",
+        "fsdp2.yaml": "FSDP",
+        "multi_gpu.yaml": "MULTI_GPU",
+    }

@@ -1,0 +1,297 @@
+"""What GroupwiseGRPOTrainer costs over TRL's own GRPOTrainer: seconds per optimizer step of
+plain TRL GRPO, AMIR-GRPO, LENS and both, at equal settings, alternating step by step in one
+process.
+
+Settings shared by all four: SmolLM2-135M-Instruct from groupwise's cache, LoRA r=16 alpha=16 on
+all linear layers, float32, 1 GSM8K-train question x G=8 completions per step (one micro-batch,
+one generation batch per optimizer step: TRL keeps no old log-probs, so AMIR and LENS take
+their rollout log-probs from one no-grad pass of their own), --max-new-tokens new tokens,
+temperature 1.0, the AMIR prompt and the five AMIR-GRPO reward components (groupwise's, as TRL
+reward functions), loss "grpo", no KL, AdamW lr 2e-5, no vLLM, no gradient
+checkpointing. AMIR's margin is 0.1 so that the untrained model's groups have pairs (with 2.0
+they rarely do, and the AMIR term would not run); LENS calibrates the correctness reward (0 or
+2.0).
+
+Each trainer runs its own train() in a thread; a baton lets exactly one run at a time, one
+optimizer step each in turn (trl, amir, lens, amir+lens, trl, ...), and the RNG is reseeded at
+each step's start from the step number, so the four sample the same completions as long as their
+weights agree (step 1), and similar ones after. A step is timed from TRL's on_step_begin to
+on_step_end: generation, rewards, groupwise's additions, loss, backward, optimizer. Inside the
+groupwise trainers, the additions are timed on their own: the no-grad rollout pass and the
+batch terms (groupwise.algorithms over the gathered batch). With vLLM, TRL provides the rollout
+log-probs (old_per_token_logps, with its importance-sampling correction on by default), so the
+pass is not made: the additions are then the batch terms alone.
+
+    python bench/trl_overhead.py                  # 1 warm-up + 3 measured steps each
+    python bench/trl_overhead.py --steps 5 --max-new-tokens 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from groupwise.data import build_messages, load_benchmark
+from groupwise.integrations.trl import GroupwiseGRPOConfig, GroupwiseGRPOTrainer, reward_functions
+from groupwise.models import load_model
+from groupwise.rewards import AMIR_GRPO_WEIGHTS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (
+    add_threads_argument,
+    load_average,
+    markdown_table,
+    median,
+    parse_with_threads,
+    write_results,
+)
+
+VARIANTS = {
+    "trl": None,  # TRL's own GRPOTrainer
+    "amir": {"amir": True, "margin": 0.1},
+    "lens": {"advantage": "lens"},
+    "amir+lens": {"amir": True, "margin": 0.1, "advantage": "lens"},
+}
+
+
+class Baton:
+    """Lets the trainers take one optimizer step each, in a fixed order."""
+
+    def __init__(self, order: list[str]) -> None:
+        self.order = order
+        self.turn = 0
+        self.done: set[str] = set()
+        self.condition = threading.Condition()
+
+    def _current(self) -> str:
+        while self.order[self.turn % len(self.order)] in self.done:
+            self.turn += 1
+        return self.order[self.turn % len(self.order)]
+
+    def wait(self, name: str) -> None:
+        with self.condition:
+            self.condition.wait_for(lambda: self._current() == name)
+
+    def pass_on(self) -> None:
+        with self.condition:
+            self.turn += 1
+            self.condition.notify_all()
+
+    def finish(self, name: str) -> None:
+        with self.condition:
+            self.done.add(name)
+            self.condition.notify_all()
+
+
+def build(name: str, args: argparse.Namespace, out: Path, callback: Any) -> Any:
+    """Trainer `name` with the shared settings (module docstring)."""
+    problems = load_benchmark("gsm8k", split="train")[: args.warmup + args.steps]
+    dataset = Dataset.from_list(
+        [{"prompt": build_messages(p, "amir"), "answer": p.answer} for p in problems]
+    )
+    model, tokenizer = load_model("smollm2-135m-instruct")
+    funcs, weights = reward_functions(AMIR_GRPO_WEIGHTS, workers=1)
+    settings = {
+        "output_dir": str(out / name),
+        "max_steps": args.warmup + args.steps,
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "num_generations": 8,
+        "max_completion_length": args.max_new_tokens,
+        "temperature": 1.0,
+        "loss_type": "grpo",
+        "beta": 0.0,
+        "learning_rate": 2e-5,
+        "reward_weights": weights,
+        "bf16": False,
+        "use_cpu": not torch.cuda.is_available(),
+        "gradient_checkpointing": False,
+        "disable_dropout": True,
+        "shuffle_dataset": False,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "disable_tqdm": True,
+        "seed": 0,
+        "dataloader_num_workers": 0,
+    }
+    lora = LoraConfig(r=16, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    common = {
+        "model": model,
+        "reward_funcs": funcs,
+        "train_dataset": dataset,
+        "processing_class": tokenizer,
+        "peft_config": lora,
+        "callbacks": [callback],
+    }
+    if VARIANTS[name] is None:
+        return GRPOTrainer(args=GRPOConfig(**settings), **common)
+    options = {"correctness_reward": "correctness", "correct_value": 2.0, **VARIANTS[name]}
+    return TimedGroupwise(args=GroupwiseGRPOConfig(**settings, **options), **common)
+
+
+class TimedGroupwise(GroupwiseGRPOTrainer):
+    """Times the rollout pass and all of groupwise's additions of each generation batch."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pass_seconds: list[float] = []
+        self.added_seconds: list[float] = []
+
+    def _no_grad_logps(self, batch):
+        start = time.perf_counter()
+        try:
+            return super()._no_grad_logps(batch)
+        finally:
+            self.pass_seconds.append(time.perf_counter() - start)
+
+    def _add_groupwise_terms(self, batch, rewards):
+        start = time.perf_counter()
+        try:
+            return super()._add_groupwise_terms(batch, rewards)
+        finally:
+            self.added_seconds.append(time.perf_counter() - start)
+
+
+def run(args: argparse.Namespace, scratch: Path) -> dict[str, list[dict[str, float]]]:
+    order = list(VARIANTS)
+    baton = Baton(order)
+    records: dict[str, list[dict[str, float]]] = {name: [] for name in order}
+
+    class Turn(TrainerCallback):
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.started = threading.Event()
+
+        def on_train_begin(self, args_, state, control, **kwargs):
+            self.started.set()  # set-up done: the next trainer may set up
+
+        def on_step_begin(self, args_, state, control, **kwargs):
+            baton.wait(self.name)
+            torch.manual_seed(1000 + state.global_step)
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args_, state, control, **kwargs):
+            records[self.name].append({"seconds": time.perf_counter() - self.start})
+            print(
+                f"[{self.name}] step {state.global_step}: {records[self.name][-1]['seconds']:.1f} s"
+                f", load {load_average()}",
+                flush=True,
+            )
+            baton.pass_on()
+
+        def on_log(self, args_, state, control, logs=None, **kwargs):
+            if logs and "completions/mean_length" in logs and records[self.name]:
+                records[self.name][-1]["tokens"] = logs["completions/mean_length"] * 8
+                records[self.name][-1]["pairs"] = logs.get("amir/pairs", float("nan"))
+
+    turns = {name: Turn(name) for name in order}
+    trainers = {name: build(name, args, scratch, turns[name]) for name in order}
+    errors: list[BaseException] = []
+
+    def train(name: str) -> None:
+        try:
+            trainers[name].train()
+        except BaseException as err:  # reported after the threads end
+            errors.append(err)
+        finally:
+            turns[name].started.set()
+            baton.finish(name)
+
+    threads = [threading.Thread(target=train, args=(name,)) for name in order]
+    for name, thread in zip(order, threads, strict=True):
+        thread.start()  # one at a time through train()'s set-up (accelerate's shared state)
+        turns[name].started.wait()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    for name, trainer in trainers.items():
+        for i, record in enumerate(records[name]):
+            if hasattr(trainer, "added_seconds"):
+                record["added"] = trainer.added_seconds[i]
+                record["pass"] = trainer.pass_seconds[i] if trainer.pass_seconds else 0.0
+    return {name: recs[args.warmup :] for name, recs in records.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warmup", type=int, default=1, help="uncounted first steps of each")
+    parser.add_argument("--steps", type=int, default=3, help="measured steps of each")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="completion length cap")
+    add_threads_argument(parser)
+    args = parse_with_threads(parser, argv)
+    load_before = load_average()
+    with tempfile.TemporaryDirectory(prefix="trl_overhead-") as scratch:
+        records = run(args, Path(scratch))
+
+    base = median([r["seconds"] for r in records["trl"]])
+    rows, details = [], []
+    for name, recs in records.items():
+        seconds = median([r["seconds"] for r in recs])
+        added = median([r.get("added", 0.0) for r in recs])
+        rollout_pass = median([r.get("pass", 0.0) for r in recs])
+        rows.append(
+            [
+                name,
+                len(recs),
+                seconds,
+                seconds / base,
+                median([r.get("tokens", float("nan")) for r in recs]),
+                median([r.get("pairs", float("nan")) for r in recs]),
+                rollout_pass,
+                added - rollout_pass,
+                added / base,
+                (added - rollout_pass) / base,
+            ]
+        )
+        for i, r in enumerate(recs, 1):
+            tokens = r.get("tokens", float("nan"))
+            details.append([name, i, r["seconds"], tokens, r.get("added", 0.0)])
+    table = markdown_table(
+        [
+            "trainer",
+            "steps",
+            "median s/step",
+            "x TRL",
+            "median completion tokens",
+            "median pairs",
+            "rollout pass s (median)",
+            "batch terms s (median)",
+            "additions / TRL step",
+            "additions with vLLM / TRL step",
+        ],
+        rows,
+    )
+    import trl
+
+    notes = (
+        "'x TRL': median s/step over plain TRL's (whole steps, noisy: samples drift apart after "
+        "step 1, and the machine is shared). 'additions': groupwise's own work per step, timed "
+        "inside the step (the no-grad rollout pass + the batch terms), over TRL's median step; "
+        "'with vLLM': the batch terms alone, since TRL then provides the rollout log-probs. "
+        f"TRL {trl.__version__}.\n\n" + __doc__.split("\n\n")[1]
+    )
+    details_table = markdown_table(["trainer", "step", "seconds", "tokens", "additions s"], details)
+    write_results(
+        "trl_overhead",
+        "GroupwiseGRPOTrainer over TRL's GRPOTrainer: seconds per step",
+        [("Medians", table), ("Every measured step", details_table)],
+        load_before=load_before,
+        notes=notes,
+    )
+
+
+if __name__ == "__main__":
+    main()
