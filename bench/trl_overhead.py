@@ -24,6 +24,7 @@ pass is not made: the additions are then the batch terms alone.
 
     python bench/trl_overhead.py                  # 1 warm-up + 3 measured steps each
     python bench/trl_overhead.py --steps 5 --max-new-tokens 128
+    python bench/trl_overhead.py --model FOLDER --bf16 --vllm --variants amir+lens   # a GPU
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def build(name: str, args: argparse.Namespace, out: Path, callback: Any) -> Any:
     dataset = Dataset.from_list(
         [{"prompt": build_messages(p, "amir"), "answer": p.answer} for p in problems]
     )
-    model, tokenizer = load_model("smollm2-135m-instruct")
+    model, tokenizer = load_model(args.model)
     funcs, weights = reward_functions(AMIR_GRPO_WEIGHTS, workers=1)
     settings = {
         "output_dir": str(out / name),
@@ -114,8 +115,11 @@ def build(name: str, args: argparse.Namespace, out: Path, callback: Any) -> Any:
         "beta": 0.0,
         "learning_rate": 2e-5,
         "reward_weights": weights,
-        "bf16": False,
+        "bf16": args.bf16,
         "use_cpu": not torch.cuda.is_available(),
+        "use_vllm": args.vllm,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": 0.3,
         "gradient_checkpointing": False,
         "disable_dropout": True,
         "shuffle_dataset": False,
@@ -165,7 +169,7 @@ class TimedGroupwise(GroupwiseGRPOTrainer):
 
 
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, list[dict[str, float]]]:
-    order = list(VARIANTS)
+    order = args.variants
     baton = Baton(order)
     records: dict[str, list[dict[str, float]]] = {name: [] for name in order}
 
@@ -230,13 +234,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="uncounted first steps of each")
     parser.add_argument("--steps", type=int, default=3, help="measured steps of each")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="completion length cap")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}"
+    )
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="alias, folder or hub id to load"
+    )
+    parser.add_argument("--bf16", action="store_true", help="TRL's bf16 autocast (GPUs)")
+    parser.add_argument(
+        "--vllm", action="store_true", help="generate with vLLM colocate (one variant a process)"
+    )
+    parser.add_argument("--results", default="trl_overhead", help="bench/results/NAME.md")
     add_threads_argument(parser)
     args = parse_with_threads(parser, argv)
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
+    if args.vllm and len(args.variants) > 1:
+        parser.error("--vllm: one variant per process (each trainer would start a vLLM engine)")
     load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="trl_overhead-") as scratch:
         records = run(args, Path(scratch))
 
-    base = median([r["seconds"] for r in records["trl"]])
+    base = median([r["seconds"] for r in records["trl"]]) if "trl" in records else float("nan")
     rows, details = [], []
     for name, recs in records.items():
         seconds = median([r["seconds"] for r in recs])
@@ -285,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     details_table = markdown_table(["trainer", "step", "seconds", "tokens", "additions s"], details)
     write_results(
-        "trl_overhead",
+        args.results,
         "GroupwiseGRPOTrainer over TRL's GRPOTrainer: seconds per step",
         [("Medians", table), ("Every measured step", details_table)],
         load_before=load_before,

@@ -498,3 +498,42 @@ def test_accelerate_configs_load() -> None:
         "fsdp2.yaml": "FSDP",
         "multi_gpu.yaml": "MULTI_GPU",
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The batch math's errors (terms.py, no TRL run)
+
+
+def test_batch_terms_refuse_what_the_core_cannot_use() -> None:
+    from groupwise.integrations.trl.terms import (
+        Correctness,
+        PairSettings,
+        batch_terms,
+        resolve_correctness,
+    )
+
+    lens = get_advantage_estimator("lens")
+    weights = torch.ones(2)
+    correctness = resolve_correctness(["correct", "bonus"], weights, "correct", 1.0, True)
+    assert correctness == Correctness(0, "correct", 1.0, 1.0)
+    assert resolve_correctness(["only"], weights[:1], None, 2.0, True).value == 2.0
+    assert resolve_correctness(["a", "b"], weights, None, 1.0, False) is None
+    with pytest.raises(ValueError, match=r"'nope' is not one of the reward functions \['a', 'b'\]"):
+        resolve_correctness(["a", "b"], weights, "nope", 1.0, False)
+
+    logp = torch.full((4,), -1.0)
+    partial = torch.tensor([[1.0, 0.0], [0.5, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match=r"must return 0 or correct_value=1.0.*\[0.0, 0.5, 1.0\]"):
+        batch_terms(partial, weights, 2, estimator=lens, settings=AdvantageSettings(),
+                    correctness=correctness, pairs=None, mean_logp_old=logp)
+    unscorable = torch.tensor([[1.0, 0.0], [float("nan")] * 2, [0.0, 1.0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match="every reward function returned None for completion 1"):
+        batch_terms(unscorable, weights, 2, estimator=None, settings=AdvantageSettings(),
+                    correctness=None, pairs=PairSettings(0.5, "all", None, 0.5),
+                    mean_logp_old=logp)
+    # a None from one function (NaN) counts 0 in the total, as in TRL
+    one_none = torch.tensor([[1.0, float("nan")], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    terms = batch_terms(one_none, weights, 2, estimator=None, settings=AdvantageSettings(),
+                        correctness=None, pairs=PairSettings(0.5, "all", None, 0.5),
+                        mean_logp_old=logp)
+    assert terms.pair_losses.numel() == 2 and terms.advantages is None
