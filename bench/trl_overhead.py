@@ -3,9 +3,10 @@ plain TRL GRPO, AMIR-GRPO, LENS and both, at equal settings, alternating step by
 process.
 
 Settings shared by all four: SmolLM2-135M-Instruct from groupwise's cache, LoRA r=16 alpha=16 on
-all linear layers, float32, 1 GSM8K-train question x G=8 completions per step (one micro-batch,
-one generation batch per optimizer step: TRL keeps no old log-probs, so AMIR and LENS take
-their rollout log-probs from one no-grad pass of their own), --max-new-tokens new tokens,
+all linear layers, float32, 1 GSM8K-train question x G=8 completions per step, one generation
+batch per optimizer step, in --micro-batches micro-batches (TRL keeps no old log-probs then:
+with one micro-batch, AMIR and LENS read the rollout log-probs off the loss's own forward pass;
+with 2 or more, from one no-grad pass of their own), --max-new-tokens new tokens,
 temperature 1.0, the AMIR prompt and the five AMIR-GRPO reward components (groupwise's, as TRL
 reward functions), loss "grpo", no KL, AdamW lr 2e-5, no vLLM, no gradient
 checkpointing. AMIR's margin is 0.1 so that the untrained model's groups have pairs (with 2.0
@@ -17,19 +18,22 @@ optimizer step each in turn (trl, amir, lens, amir+lens, trl, ...), and the RNG 
 each step's start from the step number, so the four sample the same completions as long as their
 weights agree (step 1), and similar ones after. A step is timed from TRL's on_step_begin to
 on_step_end: generation, rewards, groupwise's additions, loss, backward, optimizer. Inside the
-groupwise trainers, the additions are timed on their own: the no-grad rollout pass and the
-batch terms (groupwise.algorithms over the gathered batch). With vLLM, TRL provides the rollout
-log-probs (old_per_token_logps, with its importance-sampling correction on by default), so the
-pass is not made: the additions are then the batch terms alone.
+groupwise trainers, the additions are timed on their own: the no-grad rollout pass (when made)
+and the batch terms (gathering, groupwise.algorithms over the gathered batch, handing out the
+rows). With vLLM, TRL provides the rollout log-probs (old_per_token_logps, with its
+importance-sampling correction on by default), so no pass is made in any layout: the additions
+are then the batch terms alone.
 
     python bench/trl_overhead.py                  # 1 warm-up + 3 measured steps each
     python bench/trl_overhead.py --steps 5 --max-new-tokens 128
+    python bench/trl_overhead.py --micro-batches 2 --results trl_overhead_accumulation
     python bench/trl_overhead.py --model FOLDER --bf16 --vllm --variants amir+lens   # a GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -106,8 +110,8 @@ def build(name: str, args: argparse.Namespace, out: Path, callback: Any) -> Any:
     settings = {
         "output_dir": str(out / name),
         "max_steps": args.warmup + args.steps,
-        "per_device_train_batch_size": 8,
-        "gradient_accumulation_steps": 1,
+        "per_device_train_batch_size": 8 // args.micro_batches,
+        "gradient_accumulation_steps": args.micro_batches,
         "num_generations": 8,
         "max_completion_length": args.max_new_tokens,
         "temperature": 1.0,
@@ -146,12 +150,13 @@ def build(name: str, args: argparse.Namespace, out: Path, callback: Any) -> Any:
 
 
 class TimedGroupwise(GroupwiseGRPOTrainer):
-    """Times the rollout pass and all of groupwise's additions of each generation batch."""
+    """Times groupwise's additions of each generation batch: the no-grad rollout pass (when
+    made) and the batch terms."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pass_seconds: list[float] = []
-        self.added_seconds: list[float] = []
+        self.terms_seconds: list[float] = []
 
     def _no_grad_logps(self, batch):
         start = time.perf_counter()
@@ -160,12 +165,12 @@ class TimedGroupwise(GroupwiseGRPOTrainer):
         finally:
             self.pass_seconds.append(time.perf_counter() - start)
 
-    def _add_groupwise_terms(self, batch, rewards):
+    def _finish_terms(self, batch, pending, mean_logp):
         start = time.perf_counter()
         try:
-            return super()._add_groupwise_terms(batch, rewards)
+            return super()._finish_terms(batch, pending, mean_logp)
         finally:
-            self.added_seconds.append(time.perf_counter() - start)
+            self.terms_seconds.append(time.perf_counter() - start)
 
 
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, list[dict[str, float]]]:
@@ -222,14 +227,24 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, list[dict[str, flo
     if errors:
         raise errors[0]
     for name, trainer in trainers.items():
-        for i, record in enumerate(records[name]):
-            if hasattr(trainer, "added_seconds"):
-                record["added"] = trainer.added_seconds[i]
+        for i, record in enumerate(records[name]):  # one generation batch per step
+            if isinstance(trainer, TimedGroupwise):
                 record["pass"] = trainer.pass_seconds[i] if trainer.pass_seconds else 0.0
+                record["added"] = record["pass"] + trainer.terms_seconds[i]
     return {name: recs[args.warmup :] for name, recs in records.items()}
 
 
+def _one_malloc_arena() -> None:
+    """Restart with MALLOC_ARENA_MAX=1: glibc gives each thread its own malloc arena, which keeps
+    its peak, so the four trainers' threads would hold four step peaks (about 5 GB each here)."""
+    if sys.platform.startswith("linux") and os.environ.get("MALLOC_ARENA_MAX") != "1":
+        environment = {**os.environ, "MALLOC_ARENA_MAX": "1"}
+        os.execve(sys.executable, [sys.executable, *sys.argv], environment)
+
+
 def main(argv: list[str] | None = None) -> None:
+    if argv is None:
+        _one_malloc_arena()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warmup", type=int, default=1, help="uncounted first steps of each")
     parser.add_argument("--steps", type=int, default=3, help="measured steps of each")
@@ -243,6 +258,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bf16", action="store_true", help="TRL's bf16 autocast (GPUs)")
     parser.add_argument(
         "--vllm", action="store_true", help="generate with vLLM colocate (one variant a process)"
+    )
+    parser.add_argument(
+        "--micro-batches",
+        type=int,
+        default=1,
+        choices=(1, 2, 4, 8),
+        help="gradient-accumulation steps per optimizer step (the 8 completions split evenly)",
     )
     parser.add_argument("--results", default="trl_overhead", help="bench/results/NAME.md")
     add_threads_argument(parser)
@@ -261,8 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     rows, details = [], []
     for name, recs in records.items():
         seconds = median([r["seconds"] for r in recs])
-        added = median([r.get("added", 0.0) for r in recs])
-        rollout_pass = median([r.get("pass", 0.0) for r in recs])
+        for r in recs:  # TRL's own work in the step: the step less groupwise's additions
+            r["rest"] = r["seconds"] - r.get("added", 0.0)
+            r["terms"] = r.get("added", 0.0) - r.get("pass", 0.0)
         rows.append(
             [
                 name,
@@ -271,15 +294,15 @@ def main(argv: list[str] | None = None) -> None:
                 seconds / base,
                 median([r.get("tokens", float("nan")) for r in recs]),
                 median([r.get("pairs", float("nan")) for r in recs]),
-                rollout_pass,
-                added - rollout_pass,
-                added / base,
-                (added - rollout_pass) / base,
+                median([r.get("pass", 0.0) for r in recs]),
+                median([r["terms"] for r in recs]),
+                median([r.get("added", 0.0) / r["rest"] for r in recs]),
+                median([r["terms"] / r["rest"] for r in recs]),
             ]
         )
         for i, r in enumerate(recs, 1):
             tokens = r.get("tokens", float("nan"))
-            details.append([name, i, r["seconds"], tokens, r.get("added", 0.0)])
+            details.append([name, i, r["seconds"], tokens, r.get("pass", 0.0), r["terms"]])
     table = markdown_table(
         [
             "trainer",
@@ -288,23 +311,29 @@ def main(argv: list[str] | None = None) -> None:
             "x TRL",
             "median completion tokens",
             "median pairs",
-            "rollout pass s (median)",
-            "batch terms s (median)",
-            "additions / TRL step",
-            "additions with vLLM / TRL step",
+            "rollout pass s",
+            "batch terms s",
+            "overhead without vLLM",
+            "overhead with vLLM",
         ],
         rows,
     )
     import trl
 
     notes = (
-        "'x TRL': median s/step over plain TRL's (whole steps, noisy: samples drift apart after "
-        "step 1, and the machine is shared). 'additions': groupwise's own work per step, timed "
-        "inside the step (the no-grad rollout pass + the batch terms), over TRL's median step; "
-        "'with vLLM': the batch terms alone, since TRL then provides the rollout log-probs. "
+        "'x TRL': median s/step over plain TRL's, whole steps (noisy: the machine is shared, "
+        "and samples drift apart after step 1). 'overhead': groupwise's additions timed inside "
+        "each step (the no-grad rollout pass + the batch terms, medians in the two columns "
+        "before) over the rest of that same step, which is TRL's own work; the median over "
+        "steps. Measured within one step, it is robust to the machine's load, which the "
+        "whole-step ratio is not. 'with vLLM': the batch terms alone, since TRL then provides "
+        "the rollout log-probs (no pass). Not in either: the AMIR term inside the loss (a "
+        "masked mean and a dot product on the log-probs TRL's loss computes anyway). "
         f"TRL {trl.__version__}.\n\n" + __doc__.split("\n\n")[1]
     )
-    details_table = markdown_table(["trainer", "step", "seconds", "tokens", "additions s"], details)
+    details_table = markdown_table(
+        ["trainer", "step", "seconds", "tokens", "rollout pass s", "batch terms s"], details
+    )
     write_results(
         args.results,
         "GroupwiseGRPOTrainer over TRL's GRPOTrainer: seconds per step",

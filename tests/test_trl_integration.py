@@ -164,18 +164,23 @@ def test_train_steps_of_every_algorithm(tmp_path: Path, name: str) -> None:
 # What each row carries into the loss
 
 
+ROLLOUT_LOGPS = {
+    # where the rollout l(q, o) come from: (layout, no-grad passes made, loss computations)
+    # one generation batch per optimizer step in 2 micro-batches (TRL keeps no old log-probs)
+    "no-grad pass": ({"per_device_train_batch_size": 6, "gradient_accumulation_steps": 2}, 1, 2),
+    # the same in one micro-batch: from the loss's own forward pass
+    "loss forward": ({"per_device_train_batch_size": 12, "gradient_accumulation_steps": 1}, 0, 1),
+    # a generation batch over 2 optimizer steps: TRL computes old_per_token_logps
+    "TRL": ({"per_device_train_batch_size": 3, "steps_per_generation": 4, "max_steps": 2}, 0, 4),
+}
+
+
 @pytest.mark.parametrize("name", list(ALGORITHMS))
-@pytest.mark.parametrize("rollout_logps", ["own pass", "TRL's old_per_token_logps"])
+@pytest.mark.parametrize("rollout_logps", list(ROLLOUT_LOGPS))
 def test_rows_carry_the_core_values_through_trls_shuffle(
     tmp_path: Path, name: str, rollout_logps: str
 ) -> None:
-    # "own pass": one generation batch per optimizer step (TRL keeps no old log-probs);
-    # "TRL's": a generation batch spans 2 optimizer steps, so TRL computes old_per_token_logps.
-    layout = (
-        {"per_device_train_batch_size": 6, "gradient_accumulation_steps": 2}
-        if rollout_logps == "own pass"
-        else {"per_device_train_batch_size": 3, "steps_per_generation": 4, "max_steps": 2}
-    )
+    layout, passes, seen = ROLLOUT_LOGPS[rollout_logps]
     trainer, initial, _ = fx.trainer(tmp_path, **ALGORITHMS[name], **layout)
     trainer.train()
     tokenizer = trainer.processing_class
@@ -201,9 +206,10 @@ def test_rows_carry_the_core_values_through_trls_shuffle(
     chosen, rejected = mine_pairs(pair_rewards, fx.G, 0.5)
     coefficients = preference_coefficients(mean_old, None, chosen, rejected, 0.5).coefficients
 
+    assert len(trainer.seen) == seen
+    assert trainer.no_grad_passes == (0 if name == "grpo" else passes)  # GRPO needs none
     seen = trainer.seen
-    assert len(seen) == 4 if rollout_logps != "own pass" else len(seen) == 2
-    assert all(s["has_old"] == (rollout_logps != "own pass") for s in seen)
+    assert all(s["has_old"] == (rollout_logps == "TRL") for s in seen)
     rows = [r for s in seen for r in s["rows"]]
     assert sorted(rows) == list(range(B)), "every row reaches the loss once"
     assert any(len({r // fx.G for r in s["rows"]}) > 1 for s in seen), "TRL mixed the groups"
@@ -353,25 +359,33 @@ def test_an_all_wrong_group_moves_the_policy_under_lens_only(tmp_path: Path, nam
 
 
 def test_two_processes_take_the_same_step_as_one(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "OMP_NUM_THREADS": "1",
+    }
     script = str(TESTS / "trl_support.py")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     runs = {}
     for n, command in ((1, [sys.executable, script]), (2, [*torchrun, script])):
         (tmp_path / str(n)).mkdir()
         runs[n] = subprocess.Popen(
-            [*command, str(tmp_path / str(n))], env=env, stdout=subprocess.PIPE,
+            [*command, str(tmp_path / str(n))],
+            env=env,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
     for n, process in runs.items():
         output, _ = process.communicate(timeout=300)
         assert process.returncode == 0, f"{n} process(es) failed:\n{output.decode()[-3000:]}"
     one, two = (torch.load(tmp_path / str(n) / "step.pt") for n in (1, 2))
-    assert (one["processes"], two["processes"]) == (1, 2)
-    assert two["rows_per_process"] == 6  # process 0: rows 0-5, so group 1 (rows 4-7) straddles
-    assert one["lambda"] == two["lambda"] != 0.01
-    assert relative_error(two["grads"], one["grads"]) < 1e-5
+    for layout, passes in (("one micro-batch", 0), ("two micro-batches", 1)):
+        a, b = one[layout], two[layout]
+        assert (a["processes"], b["processes"]) == (1, 2)
+        assert b["rows_per_process"] == 6  # process 0: rows 0-5, so group 1 (rows 4-7) straddles
+        assert a["no_grad_passes"] == b["no_grad_passes"] == passes
+        assert a["lambda"] == b["lambda"] != 0.01
+        assert relative_error(b["grads"], a["grads"]) < 1e-5, layout
 
 
 def test_lambda_travels_with_checkpoints(tmp_path: Path) -> None:

@@ -67,6 +67,11 @@ class Recording(FixedCompletions, GroupwiseGRPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.seen: list[dict[str, Any]] = []
+        self.no_grad_passes = 0
+
+    def _no_grad_logps(self, batch):
+        self.no_grad_passes += 1
+        return super()._no_grad_logps(batch)
 
     def _compute_loss(self, model, inputs):
         loss = super()._compute_loss(model, inputs)
@@ -196,24 +201,41 @@ def row_logps(
 
 
 def main(out: Path) -> None:
-    """One optimizer step of AMIR-GRPO + LENS on the fixed batch with 6 rows per process and
-    one micro-batch each (groups 1 straddles two processes); rank 0 saves the gradient."""
-    built, _, grads = trainer(
-        out,
-        cls=type("Fixed", (FixedCompletions, GroupwiseGRPOTrainer), {}),
-        amir=True,
-        advantage="lens",
-        per_device_train_batch_size=len(COMPLETIONS) // int(os.environ.get("WORLD_SIZE", "1")),
-        gradient_accumulation_steps=1,
-    )
-    built.train()
-    if built.accelerator.is_main_process:
-        record = {
+    """One optimizer step of AMIR-GRPO + LENS on the fixed batch, in two layouts, whatever the
+    process count: one micro-batch per process (rollout log-probs from the loss's own forward
+    pass; lambda from the first micro-batch's loss) and two micro-batches per process (from a
+    no-grad pass; fixed lambda, since the first micro-batch's rows depend on the layout). With
+    two processes, process 0 holds rows 0-5 then 0-2 and 6-8... of the gathered batch, so group
+    1 (rows 4-7) straddles the processes. Rank 0 saves each run's gradient."""
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    layouts = {
+        "one micro-batch": {"gradient_accumulation_steps": 1},
+        "two micro-batches": {
+            "gradient_accumulation_steps": 2,
+            "lambda_measure": "fixed",
+            "lambda_init": 0.05,
+        },
+    }
+    record = {}
+    for name, layout in layouts.items():
+        rows = len(COMPLETIONS) // processes // layout["gradient_accumulation_steps"]
+        built, _, grads = trainer(
+            out / name,
+            cls=Recording,
+            amir=True,
+            advantage="lens",
+            per_device_train_batch_size=rows,
+            **layout,
+        )
+        built.train()
+        record[name] = {
             "grads": grads.steps[0],
             "lambda": built.lambda_reg.value,
             "processes": built.accelerator.num_processes,
-            "rows_per_process": built.args.per_device_train_batch_size,
+            "rows_per_process": len(COMPLETIONS) // processes,
+            "no_grad_passes": built.no_grad_passes,
         }
+    if built.accelerator.is_main_process:
         torch.save(record, out / "step.pt")
 
 

@@ -6,15 +6,16 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
 
 - `_calculate_rewards`: keeps the [B, F] rewards TRL gathers from every process (TRL sums them
   and forgets the columns; LENS needs the correctness column, AMIR the totals).
-- `_generate_and_score_completions`: after TRL's, computes over the whole gathered generation
-  batch, with groupwise.algorithms (terms.batch_terms), the LENS advantages (in place of TRL's)
-  and AMIR's per-completion coefficients c_k = dL_pref/dl_k at the rollout policy, and hands
-  each process its rows under "advantages" and "groupwise_coefficients". TRL then shuffles and
-  splits these per-row keys in step with the rows, so a group may straddle micro-batches and
-  processes: the coefficients are per completion, which makes any split exact (DESIGN.md).
+- `_generate_and_score_completions`: after TRL's, tags each row with its row of the gathered
+  generation batch ("groupwise_rows") and computes over the whole gathered batch, with
+  groupwise.algorithms (terms.batch_terms), the LENS advantages (in place of TRL's) and AMIR's
+  per-completion coefficients c_k = dL_pref/dl_k at the rollout policy ("groupwise_
+  coefficients"), each process keeping its rows. TRL then shuffles and splits these per-row keys
+  in step with the rows, so a group may straddle micro-batches and processes: the coefficients
+  are per completion, which makes any split exact (DESIGN.md).
 - `_get_per_token_logps_and_entropies`: unchanged, except that while `_compute_loss` runs it
   keeps the policy's per-token log-probs (with gradient; at the sampling temperature, as TRL
-  computes them) for the AMIR term.
+  computes them) for the AMIR term, and, when the terms wait for it (below), computes them.
 - `_compute_loss`: TRL's loss plus lambda * scale * sum_k c_k l_k(theta) over the micro-batch's
   rows (groupwise.algorithms.preference_surrogate), with scale = processes x
   steps_per_generation / gradient-accumulation steps, so that the gradients TRL accumulates
@@ -23,11 +24,20 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
   gradient is the point), so TRL's logged `loss` stays TRL's GRPO loss.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: lambda_reg travels with checkpoints.
 
-The rollout policy's log-probs (LENS's confidences, AMIR's l_old) come from TRL when it has
-them: `old_per_token_logps` (TRL computes it with vLLM's importance-sampling correction, or when
-a generation batch spans several optimizer steps), else vLLM's `sampling_per_token_logps`;
-otherwise from one no-grad pass of the policy over the generation batch (one, however many of
-LENS / AMIR need it). `old_per_token_logps` itself is never written: TRL's ratio stays its own.
+The rollout policy's log-probs (LENS's confidences, AMIR's l_old; one set, however many of LENS
+and AMIR need them) come, in this order of preference:
+1. from TRL: `old_per_token_logps` (TRL computes it with vLLM's importance-sampling correction,
+   on by default, or when a generation batch spans several optimizer steps), else vLLM's
+   `sampling_per_token_logps`;
+2. else, when the generation batch is one micro-batch per process (steps_per_generation = 1,
+   TRL's default with no gradient accumulation): from the loss's own forward pass. TRL keeps no
+   old log-probs exactly when every micro-batch of a generation batch is computed at the rollout
+   policy, so that pass's detached log-probs are the rollout policy's; the terms are computed
+   from them (gathered over processes) before TRL's loss reads the advantages. No extra pass;
+3. else one no-grad pass of the policy over the generation batch, through TRL's own log-prob
+   function (the micro-batches come one after another, and the first one's loss needs every
+   row's l_old).
+`old_per_token_logps` itself is never written: TRL's ratio stays its own.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -68,6 +79,9 @@ from groupwise.integrations.trl.terms import (
 COEFFICIENTS_KEY = "groupwise_coefficients"
 """Batch-dict key of AMIR's per-completion coefficients c_k ([b] per process)."""
 
+ROWS_KEY = "groupwise_rows"
+"""Batch-dict key of each row's index in the gathered generation batch ([b] per process)."""
+
 STATE_FILE = "groupwise_state.json"
 """File in each checkpoint folder that holds lambda_reg."""
 
@@ -84,6 +98,15 @@ _FORWARD_KEYS = (
     "mm_token_type_ids",
     "image_position_ids",
 )
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A generation batch's inputs to terms.batch_terms besides the rollout l(q, o): the [B, F]
+    gathered rewards and the [B] reference l_ref (None when reference-free)."""
+
+    rewards: Tensor
+    ref_mean_logp: Tensor | None
 
 
 def loss_mask(batch: dict[str, Any]) -> Tensor:
@@ -154,9 +177,14 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
                 "ref_free=False needs a reference policy: a PEFT model (its adapter disabled is "
                 "the reference) or beta > 0 (TRL then loads a reference model)"
             )
+        self._needs_rollout_logp = args.amir or (
+            self.estimator is not None and self.estimator.needs_rollout_logp
+        )
         self._gathered_rewards: Tensor | None = None
+        self._deferred: _Pending | None = None  # terms waiting for the first loss forward pass
         self._capturing = False
         self._captured_logps: Tensor | None = None
+        self._loss_inputs: dict[str, Any] | None = None
         # L_pref of the latest generation batch, until the first micro-batch's loss measures it
         self._pending_pref_loss: float | None = None
 
@@ -184,21 +212,43 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         return batch
 
     def _add_groupwise_terms(self, batch: dict[str, Any], rewards: Tensor) -> None:
-        """LENS advantages and AMIR coefficients of the gathered batch; this process's rows into
-        `batch`; the batch's metrics into TRL's."""
-        args = self.args
+        """Tag this process's rows with their rows of the gathered batch, then compute the
+        batch's terms now, or, when the rollout log-probs must be measured and the generation
+        batch is one micro-batch per process, from the first loss forward pass (module
+        docstring)."""
         rows = batch["completion_ids"].shape[0]
-        mask = loss_mask(batch)
-        needs_logp = args.amir or (self.estimator is not None and self.estimator.needs_rollout_logp)
-        mean_logp_old = lengths = ref_mean_logp = None
-        if needs_logp:
-            mean_logp_old = self._gather(sequence_mean_logp(self._rollout_logps(batch), mask))
-            lengths = self._gather(mask.sum(dim=1).float())
-        if args.amir and not args.ref_free:
-            ref_mean_logp = self._gather(sequence_mean_logp(self._reference_logps(batch), mask))
+        start = self.accelerator.process_index * rows
+        batch[ROWS_KEY] = torch.arange(start, start + rows, device=batch["completion_ids"].device)
+        ref_mean_logp = None
+        if self.args.amir and not self.args.ref_free:
+            local = sequence_mean_logp(self._reference_logps(batch), loss_mask(batch))
+            ref_mean_logp = self._gather_rows(batch, local)
+        pending = _Pending(rewards, ref_mean_logp)
+        if not self._needs_rollout_logp:
+            self._finish_terms(batch, pending, None)
+            return
+        token_logps = self._trl_rollout_logps(batch)
+        if token_logps is None and self.args.steps_per_generation == 1:
+            self._deferred = pending
+            return
+        if token_logps is None:
+            with profiling_context(self, "groupwise.rollout_logps"):
+                token_logps = self._no_grad_logps(batch)
+        self._finish_terms(batch, pending, sequence_mean_logp(token_logps, loss_mask(batch)))
+
+    def _finish_terms(
+        self, batch: dict[str, Any], pending: _Pending, mean_logp: Tensor | None
+    ) -> None:
+        """The gathered batch's terms (terms.batch_terms) from its rewards and the rollout
+        l(q, o) of `batch`'s rows ([b], or None where not needed); the values of `batch`'s rows
+        into it; the batch's metrics into TRL's."""
+        mean_logp_old = lengths = None
+        if mean_logp is not None:
+            mean_logp_old = self._gather_rows(batch, mean_logp)
+            lengths = self._gather_rows(batch, loss_mask(batch).sum(dim=1).float())
         with profiling_context(self, "groupwise.batch_terms"):
             terms = batch_terms(
-                rewards,
+                pending.rewards,
                 self.reward_weights,
                 self.num_generations,
                 estimator=self.estimator,
@@ -207,10 +257,9 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
                 pairs=self.pair_settings,
                 mean_logp_old=mean_logp_old,
                 lengths=lengths,
-                ref_mean_logp=ref_mean_logp,
+                ref_mean_logp=pending.ref_mean_logp,
             )
-        start = self.accelerator.process_index * rows
-        mine = slice(start, start + rows)
+        mine = batch[ROWS_KEY]
         metrics = self._metrics["train"]
         if terms.advantages is not None:
             batch["advantages"] = terms.advantages[mine].to(batch["advantages"])
@@ -242,21 +291,31 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             )
             self.correctness = None
 
-    def _gather(self, local: Tensor) -> Tensor:
-        """[b] per process -> [B] in TRL's row order (process p holds rows p*b .. p*b+b-1)."""
-        return self.accelerator.gather(local.contiguous())
+    def _gather_rows(self, batch: dict[str, Any], local: Tensor) -> Tensor:
+        """Every process's [b] values of its rows of `batch` -> [B] in the gathered batch's row
+        order (ROWS_KEY), whatever order TRL put the rows in."""
+        rows = self.accelerator.gather(batch[ROWS_KEY].contiguous())
+        values = self.accelerator.gather(local.contiguous())
+        expected = torch.arange(self.accelerator.num_processes * batch[ROWS_KEY].numel())
+        if not torch.equal(rows.sort().values.cpu(), expected):
+            raise RuntimeError(
+                f"the processes' rows are not the generation batch's {expected.numel()} rows "
+                "once each (did TRL change how it splits a generation batch?)"
+            )
+        ordered = torch.empty_like(values)
+        ordered[rows] = values
+        return ordered
 
-    def _rollout_logps(self, batch: dict[str, Any]) -> Tensor:
+    def _trl_rollout_logps(self, batch: dict[str, Any]) -> Tensor | None:
         """[b, T] per-token log-probs of this process's rows under the rollout policy, at the
-        sampling temperature: TRL's old_per_token_logps, else vLLM's sampling log-probs (when
-        none is NaN), else one no-grad pass of the policy."""
+        sampling temperature, when TRL has them: its old_per_token_logps, else vLLM's sampling
+        log-probs (when none is NaN); None otherwise."""
         if batch.get("old_per_token_logps") is not None:
             return batch["old_per_token_logps"]
         sampling = batch.get("sampling_per_token_logps")
         if sampling is not None and not bool(sampling[loss_mask(batch)].isnan().any()):
             return sampling
-        with profiling_context(self, "groupwise.rollout_logps"):
-            return self._no_grad_logps(batch)
+        return None
 
     def _reference_logps(self, batch: dict[str, Any]) -> Tensor:
         """[b, T] reference log-probs (ref_free=False): TRL's when beta > 0, else the PEFT
@@ -300,22 +359,32 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         )
         if self._capturing and self._captured_logps is None:
             self._captured_logps = result[0]
+            if self._deferred is not None:
+                # On-policy with one micro-batch per process: this forward pass is at the
+                # rollout policy, so its detached log-probs are the rollout l(q, o); TRL's loss
+                # reads the advantages only after it (the tests pin that order).
+                inputs, pending, self._deferred = self._loss_inputs, self._deferred, None
+                mean_logp = sequence_mean_logp(result[0].detach(), loss_mask(inputs))
+                self._finish_terms(inputs, pending, mean_logp)
         return result
 
     def _compute_loss(self, model, inputs):
-        if COEFFICIENTS_KEY not in inputs or not self.model.training:
+        if ROWS_KEY not in inputs or not self.model.training:
             return super()._compute_loss(model, inputs)
-        self._capturing, self._captured_logps = True, None
+        self._capturing, self._captured_logps, self._loss_inputs = True, None, inputs
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
-            self._capturing = False
+            self._capturing, self._loss_inputs = False, None
         logps, self._captured_logps = self._captured_logps, None
-        if logps is None or logps.shape != inputs["completion_ids"].shape:
+        captured = logps is not None and logps.shape == inputs["completion_ids"].shape
+        if self._deferred is not None or not captured:
             raise RuntimeError(
                 "GroupwiseGRPOTrainer could not capture the policy's log-probs of the loss from "
                 "_get_per_token_logps_and_entropies (TRL's _compute_loss changed?)"
             )
+        if COEFFICIENTS_KEY not in inputs:
+            return loss
         accumulation = self.current_gradient_accumulation_steps
         if self._pending_pref_loss is not None:
             self._observe_losses(loss, accumulation, self._pending_pref_loss)
