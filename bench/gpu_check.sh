@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# GPU check of groupwise, in under 8 minutes on one H200 with no network:
+# GPU check of groupwise, on one H200 with no network (stages 1-3: under 8 minutes; 4: up to 13):
 #   1. quickstart training in bfloat16 on CUDA: step time and its split (generation, scoring,
 #      training), completion tokens per second;
 #   2. rollout-engine generation tokens/s against model.generate (bench/generation.py);
-#   3. evaluation throughput (groupwise eval: completions and problems per second).
+#   3. evaluation throughput (groupwise eval: completions and problems per second);
+#   4. GroupwiseGRPOTrainer inside TRL (bench/trl_overhead.py): s/step of plain TRL GRPO,
+#      AMIR-GRPO, LENS and both with transformers generation, then, when vLLM imports, plain TRL
+#      and AMIR-GRPO + LENS with vLLM colocate (one process each; stage limits 300 + 2 x 240 s).
 # Writes a summary to $OUT/gpu_check.md (OUT defaults to runs/gpu_check/out) and prints it.
 #
 # Usage (from the repository root):
@@ -16,7 +19,8 @@
 # smollm2-135m-instruct when its GGUF or converted cache is there, else a SmolLM2-135M-shaped
 # model with random weights built from runs/gpu_check/smollm2-arch: the same layers, so the same
 # speed, though its completions seldom stop before the token limit), STEPS (training steps),
-# OUT (output folder). Each stage runs under its own time limit.
+# OUT (output folder), STAGES (which to run, default "train generation eval trl"; e.g.
+# STAGES=trl for stage 4 alone). Each stage runs under its own time limit.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +33,10 @@ if [ "${1:-}" = "prepare" ]; then
     # groupwise's dependencies beyond torch / transformers / peft / accelerate (and numpy).
     "$PYTHON" -m pip download --dest "$ASSETS/wheels" --only-binary=:all: \
         "math-verify>=0.9,<0.10" "pyyaml>=6" "tqdm>=4.66" "safetensors>=0.5" "matplotlib>=3.8"
+    # Stage 4: TRL and datasets with their small dependencies (2.5 MB). pandas and pyarrow (67 MB,
+    # over what travels to the GPU machine) are expected there; without them stage 4 says so.
+    "$PYTHON" -m pip download --dest "$ASSETS/wheels" --only-binary=:all: --no-deps \
+        "trl>=1.16,<1.17" "datasets>=4" "dill<0.4.2" "multiprocess<0.70.20" xxhash
     # SmolLM2-135M's config and tokenizer (a few MB; its 98 MB GGUF does not travel).
     "$PYTHON" - "$ASSETS/smollm2-arch" <<'EOF'
 import sys
@@ -59,9 +67,11 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 if [ "$DEVICE" = "cpu" ]; then  # dry run: every stage, tiny sizes
     STEPS="${STEPS:-2}"; TOKENS=16; BATCHES=8; EVAL_LIMIT=2; EVAL_N=2; DTYPE=float32
+    TRL_STEPS=1; BF16=""
     SLOW=4  # a CPU (often shared) gets 4x the GPU time limits
 else
     STEPS="${STEPS:-10}"; TOKENS=128; BATCHES=8,32,64; EVAL_LIMIT=64; EVAL_N=8; DTYPE=bfloat16
+    TRL_STEPS=2; BF16="--bf16"
     SLOW=1
 fi
 
@@ -109,7 +119,14 @@ EOF
 fi
 echo "- model: $MODEL, training dtype $DTYPE, $STEPS steps" >> "$SUMMARY"
 
+STAGES="${STAGES:-train generation eval trl}"
+wanted() {  # stage name (its part before the first "_") is listed in STAGES
+    case " $STAGES " in *" ${1%%_*} "*) return 0 ;; esac
+    return 1
+}
+
 stage() {  # name, time limit (s), command...
+    if ! wanted "$1"; then echo "- $1: not run (STAGES=$STAGES)" >> "$SUMMARY"; return 0; fi
     local name="$1" limit="$(( $2 * SLOW ))"; shift 2
     local start=$SECONDS
     echo "== $name"
@@ -158,7 +175,7 @@ stage eval 150 "$PYTHON" -m groupwise eval --model "$MODEL" --benchmarks gsm8k \
     --limit "$EVAL_LIMIT" --n "$EVAL_N" --k 1 --max-new-tokens "$((TOKENS * 2))" \
     --dtype "$DTYPE" --device "$DEVICE" --quiet --output "$OUT/eval"
 seconds=$((SECONDS - start))
-{
+wanted eval && {
     echo
     echo "## Evaluation"
     echo
@@ -166,5 +183,34 @@ seconds=$((SECONDS - start))
         "$(awk -v p="$EVAL_LIMIT" -v n="$EVAL_N" -v s="$seconds" \
             'BEGIN { if (s < 1) s = 1; printf "%.2f problems/s, %.2f completions/s", p / s, p * n / s }')"
 } >> "$SUMMARY"
+
+# 4. GroupwiseGRPOTrainer inside TRL: transformers generation, then vLLM colocate if installed
+if ! "$PYTHON" -c "import trl" 2>/dev/null && [ -d "$ASSETS/wheels" ]; then
+    "$PYTHON" -m pip install --quiet --no-index --find-links "$ASSETS/wheels" \
+        "trl>=1.16,<1.17" || true
+fi
+trl_tables() {  # stage name: its Markdown tables (the bench prints them) into the summary
+    { echo; echo "## TRL: $1"; echo; grep '^|' "$OUT/$1.log" || true; echo; } >> "$SUMMARY"
+}
+if ! wanted trl; then
+    :
+elif "$PYTHON" -c "import trl, pandas, pyarrow" 2>/dev/null; then
+    stage trl 300 "$PYTHON" bench/trl_overhead.py --model "$MODEL" $BF16 \
+        --max-new-tokens "$TOKENS" --warmup 1 --steps "$TRL_STEPS" --results trl_overhead_gpu
+    trl_tables trl
+    if [ "$DEVICE" = "cuda" ] && "$PYTHON" -c "import vllm" 2>/dev/null; then
+        for variant in trl amir+lens; do
+            stage "trl_vllm_$variant" 240 "$PYTHON" bench/trl_overhead.py --model "$MODEL" \
+                $BF16 --vllm --variants "$variant" --max-new-tokens "$TOKENS" --warmup 1 \
+                --steps "$TRL_STEPS" --results "trl_overhead_vllm"
+            trl_tables "trl_vllm_$variant"
+        done
+    else
+        echo "- trl with vLLM: skipped (vllm not importable, or DEVICE=$DEVICE)" >> "$SUMMARY"
+    fi
+else
+    echo "- trl: skipped (trl, pandas or pyarrow not importable; pip install 'groupwise[trl]')" \
+        >> "$SUMMARY"
+fi
 
 cat "$SUMMARY"

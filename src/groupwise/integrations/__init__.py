@@ -1,0 +1,9 @@
+"""Adapters that run groupwise's algorithms inside other training engines (DESIGN.md, "One
+algorithm core, several engines").
+
+- `groupwise.integrations.trl`: `GroupwiseGRPOConfig` / `GroupwiseGRPOTrainer`, subclasses of
+  TRL's `GRPOConfig` / `GRPOTrainer` (optional dependency: `pip install "groupwise[trl]"`).
+
+An adapter is plumbing: it hands `groupwise.algorithms` what it asks for and adds its terms to
+the engine's loss; it never re-implements a formula.
+"""

@@ -1,0 +1,78 @@
+"""groupwise's reward components as TRL reward functions (REFERENCE.md 2 and 3).
+
+TRL calls each reward function with the batch's completions and the dataset's other columns as
+keyword lists. `reward_functions({"correctness": 1.0, "format": 1.0, ...})` returns one function
+per component, named after it (TRL logs `rewards/<name>/mean`; GroupwiseGRPOConfig's
+`correctness_reward` names one), and the weights in the same order for GRPOConfig's
+`reward_weights`. The answers of a batch are checked once (math-verify in groupwise's worker
+pool, under hard timeouts) and the verdicts shared by every component, as groupwise's
+RewardSuite does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from groupwise.rewards import Verdict, check_answers, get_component
+
+RewardFunction = Callable[..., list[float]]
+
+
+def _text(completion: Any) -> str:
+    """A completion as TRL passes it: a string, or a conversation whose last message is the
+    model's."""
+    if isinstance(completion, str):
+        return completion
+    return completion[-1]["content"]
+
+
+def reward_functions(
+    weights: Mapping[str, float],
+    *,
+    answer_column: str = "answer",
+    workers: int = 2,
+    timeout: float = 5.0,
+) -> tuple[list[RewardFunction], list[float]]:
+    """TRL reward functions for groupwise reward components, and their weights.
+
+    Args:
+        weights: component name -> weight (groupwise.rewards: e.g. AMIR_GRPO_WEIGHTS,
+            LENS_WEIGHTS); an unknown name is an error naming the registered ones.
+        answer_column: the dataset column holding each problem's gold answer.
+        workers, timeout: answer-checking processes and seconds per answer.
+
+    Returns:
+        (functions, weights): pass them as GRPOTrainer's `reward_funcs` and GRPOConfig's
+        `reward_weights`.
+    """
+    components = [get_component(name) for name in weights]
+    last: dict[str, Any] = {"key": None, "verdicts": []}
+
+    def verdicts(completions: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list, list]:
+        if answer_column not in kwargs:
+            raise KeyError(
+                f"the dataset has no column '{answer_column}' with the gold answers "
+                f"(columns passed to reward functions: {sorted(kwargs)})"
+            )
+        texts = [_text(c) for c in completions]
+        golds = [str(g) for g in kwargs[answer_column]]
+        key = (tuple(texts), tuple(golds))
+        if last["key"] != key:  # TRL calls the functions one after another on one batch
+            last["key"] = key
+            last["verdicts"] = check_answers(texts, golds, workers=workers, timeout=timeout)
+        return texts, last["verdicts"]
+
+    def make(component: Any) -> RewardFunction:
+        def reward(
+            prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+        ) -> list[float]:
+            texts, checked = verdicts(completions, kwargs)
+            pairs: list[tuple[str, Verdict]] = list(zip(texts, checked, strict=True))
+            return [float(component.fn(text, verdict)) for text, verdict in pairs]
+
+        reward.__name__ = component.name
+        reward.__qualname__ = component.name
+        return reward
+
+    return [make(c) for c in components], [float(weights[c.name]) for c in components]

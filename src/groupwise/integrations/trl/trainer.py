@@ -1,0 +1,439 @@
+"""GroupwiseGRPOTrainer: TRL's GRPOTrainer with LENS advantages and the AMIR-GRPO term.
+
+Everything TRL wires in (vLLM colocate and server mode, DeepSpeed, FSDP, accelerate multi-node,
+PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTrainer methods
+(compat.HOOKS lists them, with the signatures it was written against):
+
+- `_calculate_rewards`: keeps the [B, F] rewards TRL gathers from every process (TRL sums them
+  and forgets the columns; LENS needs the correctness column, AMIR the totals).
+- `_generate_and_score_completions`: after TRL's, tags each row with its row of the gathered
+  generation batch ("groupwise_rows") and computes over the whole gathered batch, with
+  groupwise.algorithms (terms.batch_terms), the LENS advantages (in place of TRL's) and AMIR's
+  per-completion coefficients c_k = dL_pref/dl_k at the rollout policy ("groupwise_
+  coefficients"), each process keeping its rows. TRL then shuffles and splits these per-row keys
+  in step with the rows, so a group may straddle micro-batches and processes: the coefficients
+  are per completion, which makes any split exact (DESIGN.md).
+- `_get_per_token_logps_and_entropies`: unchanged, except that while `_compute_loss` runs it
+  keeps the policy's per-token log-probs (with gradient; at the sampling temperature, as TRL
+  computes them) for the AMIR term, and, when the terms wait for it (below), computes them.
+- `_compute_loss`: TRL's loss plus lambda * scale * sum_k c_k l_k(theta) over the micro-batch's
+  rows (groupwise.algorithms.preference_surrogate), with scale = processes x
+  steps_per_generation / gradient-accumulation steps, so that the gradients TRL accumulates
+  and averages over processes add up to lambda * grad L_pref of the generation batch (per
+  optimizer step, when a generation batch spans several). The term's value is kept at 0 (its
+  gradient is the point), so TRL's logged `loss` stays TRL's GRPO loss.
+- `_save_checkpoint` / `_load_optimizer_and_scheduler`: lambda_reg travels with checkpoints.
+
+The rollout policy's log-probs (LENS's confidences, AMIR's l_old; one set, however many of LENS
+and AMIR need them) come, in this order of preference:
+1. from TRL: `old_per_token_logps` (TRL computes it with vLLM's importance-sampling correction,
+   on by default, or when a generation batch spans several optimizer steps), else vLLM's
+   `sampling_per_token_logps`;
+2. else, when the generation batch is one micro-batch per process (steps_per_generation = 1,
+   TRL's default with no gradient accumulation): from the loss's own forward pass. TRL keeps no
+   old log-probs exactly when every micro-batch of a generation batch is computed at the rollout
+   policy, so that pass's detached log-probs are the rollout policy's; the terms are computed
+   from them (gathered over processes) before TRL's loss reads the advantages. No extra pass;
+3. else one no-grad pass of the policy over the generation batch, through TRL's own log-prob
+   function (the micro-batches come one after another, and the first one's loss needs every
+   row's l_old).
+`old_per_token_logps` itself is never written: TRL's ratio stays its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from accelerate.utils import is_peft_model
+from torch import Tensor
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+from trl.extras.profiling import profiling_context
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import get_config_model_id, use_adapter
+
+from groupwise.algorithms import (
+    AdvantageSettings,
+    get_advantage_estimator,
+    preference_surrogate,
+    sequence_mean_logp,
+)
+from groupwise.integrations.trl.compat import (
+    check_trainer_attributes,
+    check_trl_compatibility,
+    require_batch_keys,
+)
+from groupwise.integrations.trl.config import GroupwiseGRPOConfig
+from groupwise.integrations.trl.terms import (
+    PairSettings,
+    batch_terms,
+    group_fractions,
+    resolve_correctness,
+)
+
+COEFFICIENTS_KEY = "groupwise_coefficients"
+"""Batch-dict key of AMIR's per-completion coefficients c_k ([b] per process)."""
+
+ROWS_KEY = "groupwise_rows"
+"""Batch-dict key of each row's index in the gathered generation batch ([b] per process)."""
+
+STATE_FILE = "groupwise_state.json"
+"""File in each checkpoint folder that holds lambda_reg."""
+
+# Inputs of the policy's forward besides ids and mask, as GRPOTrainer._compute_loss passes them.
+_FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A generation batch's inputs to terms.batch_terms besides the rollout l(q, o): the [B, F]
+    gathered rewards and the [B] reference l_ref (None when reference-free)."""
+
+    rewards: Tensor
+    ref_mean_logp: Tensor | None
+
+
+def loss_mask(batch: dict[str, Any]) -> Tensor:
+    """[b, T] bool: the completion tokens TRL's loss counts (model tokens only, with tools)."""
+    mask = batch["completion_mask"]
+    if batch.get("tool_mask") is not None:
+        mask = mask * batch["tool_mask"]
+    return mask.bool()
+
+
+class GroupwiseGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer with groupwise's LENS advantages and AMIR-GRPO preference term.
+
+    Use it as GRPOTrainer, with a GroupwiseGRPOConfig as `args` (module docstring: what it
+    overrides and why). Logged through TRL's metrics (so to TensorBoard / W&B / trackio with
+    `report_to`), per generation batch: `groups/all_correct`, `groups/all_wrong`, `groups/mixed`
+    (when the correctness reward is known and binary) and with AMIR `amir/pairs`,
+    `amir/preference_loss` (L_pref at the rollout policy), `amir/pair_logp_margin`; per
+    optimizer step `amir/lambda`.
+    """
+
+    _tag_names: ClassVar[list[str]] = [*GRPOTrainer._tag_names, "groupwise"]
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: GroupwiseGRPOConfig | None = None,
+        *more: Any,
+        **kwargs: Any,
+    ) -> None:
+        check_trl_compatibility()
+        if args is None:
+            name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = GroupwiseGRPOConfig(f"{name.split('/')[-1]}-GroupwiseGRPO")
+        elif not isinstance(args, GroupwiseGRPOConfig):
+            raise TypeError(
+                f"GroupwiseGRPOTrainer needs args=GroupwiseGRPOConfig(...), got "
+                f"{type(args).__name__}"
+            )
+        super().__init__(model, reward_funcs, args, *more, **kwargs)
+        check_trainer_attributes(self)
+        grpo = args.advantage == "grpo"
+        self.estimator = None if grpo else get_advantage_estimator(args.advantage)
+        self.advantage_settings = AdvantageSettings(
+            scale=args.scale_rewards,
+            std="unbiased",  # TRL's nanstd, for its own advantages as for these
+            eps=1e-4,  # TRL's constant
+            lens_alpha=args.lens_alpha,
+            lens_mode=args.lens_mode,
+            lens_difficulty=args.lens_difficulty,
+        )
+        self.correctness = resolve_correctness(
+            self.reward_func_names,
+            self.reward_weights,
+            args.correctness_reward,
+            args.correct_value,
+            required=self.estimator is not None,
+        )
+        self.pair_settings = (
+            PairSettings(args.margin, args.pair_mode, args.max_pairs_per_group, args.beta_dpo)
+            if args.amir
+            else None
+        )
+        self.lambda_reg = args.adaptive_lambda() if args.amir else None
+        if args.amir and not args.ref_free and self.beta == 0.0 and not is_peft_model(self.model):
+            raise ValueError(
+                "ref_free=False needs a reference policy: a PEFT model (its adapter disabled is "
+                "the reference) or beta > 0 (TRL then loads a reference model)"
+            )
+        self._needs_rollout_logp = args.amir or (
+            self.estimator is not None and self.estimator.needs_rollout_logp
+        )
+        self._gathered_rewards: Tensor | None = None
+        self._deferred: _Pending | None = None  # terms waiting for the first loss forward pass
+        self._capturing = False
+        self._captured_logps: Tensor | None = None
+        self._loss_inputs: dict[str, Any] | None = None
+        # L_pref of the latest generation batch, until the first micro-batch's loss measures it
+        self._pending_pref_loss: float | None = None
+
+    # -----------------------------------------------------------------------------------------
+    # Generation batch: rewards, rollout log-probs, advantages, coefficients
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards = rewards
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        self._gathered_rewards = None
+        batch = super()._generate_and_score_completions(inputs)
+        if not self.model.training:  # evaluation keeps TRL's GRPO advantages and loss
+            return batch
+        require_batch_keys(batch)
+        if self._gathered_rewards is None:
+            raise RuntimeError(
+                "TRL's _generate_and_score_completions did not call _calculate_rewards; "
+                "groupwise.integrations.trl cannot see the rewards (unsupported TRL version?)"
+            )
+        self._add_groupwise_terms(batch, self._gathered_rewards)
+        self._gathered_rewards = None
+        return batch
+
+    def _add_groupwise_terms(self, batch: dict[str, Any], rewards: Tensor) -> None:
+        """Tag this process's rows with their rows of the gathered batch, then compute the
+        batch's terms now, or, when the rollout log-probs must be measured and the generation
+        batch is one micro-batch per process, from the first loss forward pass (module
+        docstring)."""
+        rows = batch["completion_ids"].shape[0]
+        start = self.accelerator.process_index * rows
+        batch[ROWS_KEY] = torch.arange(start, start + rows, device=batch["completion_ids"].device)
+        ref_mean_logp = None
+        if self.args.amir and not self.args.ref_free:
+            local = sequence_mean_logp(self._reference_logps(batch), loss_mask(batch))
+            ref_mean_logp = self._gather_rows(batch, local)
+        pending = _Pending(rewards, ref_mean_logp)
+        if not self._needs_rollout_logp:
+            self._finish_terms(batch, pending, None)
+            return
+        token_logps = self._trl_rollout_logps(batch)
+        if token_logps is None and self.args.steps_per_generation == 1:
+            self._deferred = pending
+            return
+        if token_logps is None:
+            with profiling_context(self, "groupwise.rollout_logps"):
+                token_logps = self._no_grad_logps(batch)
+        self._finish_terms(batch, pending, sequence_mean_logp(token_logps, loss_mask(batch)))
+
+    def _finish_terms(
+        self, batch: dict[str, Any], pending: _Pending, mean_logp: Tensor | None
+    ) -> None:
+        """The gathered batch's terms (terms.batch_terms) from its rewards and the rollout
+        l(q, o) of `batch`'s rows ([b], or None where not needed); the values of `batch`'s rows
+        into it; the batch's metrics into TRL's."""
+        mean_logp_old = lengths = None
+        if mean_logp is not None:
+            mean_logp_old = self._gather_rows(batch, mean_logp)
+            lengths = self._gather_rows(batch, loss_mask(batch).sum(dim=1).float())
+        with profiling_context(self, "groupwise.batch_terms"):
+            terms = batch_terms(
+                pending.rewards,
+                self.reward_weights,
+                self.num_generations,
+                estimator=self.estimator,
+                settings=self.advantage_settings,
+                correctness=self.correctness,
+                pairs=self.pair_settings,
+                mean_logp_old=mean_logp_old,
+                lengths=lengths,
+                ref_mean_logp=pending.ref_mean_logp,
+            )
+        mine = batch[ROWS_KEY]
+        metrics = self._metrics["train"]
+        if terms.advantages is not None:
+            batch["advantages"] = terms.advantages[mine].to(batch["advantages"])
+            logged = self._logs["advantages"]  # the completions table: show the ones used
+            for _ in range(terms.advantages.numel()):
+                logged.pop()
+            logged.extend(terms.advantages.tolist())
+        if terms.coefficients is not None:
+            batch[COEFFICIENTS_KEY] = terms.coefficients[mine]
+            pairs = terms.pair_losses.numel()
+            metrics["amir/pairs"].append(float(pairs))
+            metrics["amir/preference_loss"].append(
+                float(terms.pair_losses.mean()) if pairs else 0.0
+            )
+            metrics["amir/pair_logp_margin"].append(
+                float(terms.logp_margins.mean()) if pairs else 0.0
+            )
+            # the official rule updates lambda only where there are pairs (REFERENCE.md 2)
+            self._pending_pref_loss = float(terms.pair_losses.mean()) if pairs else None
+        if terms.correct is not None:
+            for key, value in group_fractions(terms.correct, self.num_generations).items():
+                metrics[key].append(value)
+        elif self.correctness is not None:
+            warnings.warn(
+                f"reward function '{self.correctness.name}' returned values other than 0 and "
+                f"correct_value={self.correctness.value}: the groups/* metrics are not logged "
+                "(set correctness_reward and correct_value to a binary correctness reward)",
+                stacklevel=2,
+            )
+            self.correctness = None
+
+    def _gather_rows(self, batch: dict[str, Any], local: Tensor) -> Tensor:
+        """Every process's [b] values of its rows of `batch` -> [B] in the gathered batch's row
+        order (ROWS_KEY), whatever order TRL put the rows in."""
+        rows = self.accelerator.gather(batch[ROWS_KEY].contiguous())
+        values = self.accelerator.gather(local.contiguous())
+        expected = torch.arange(self.accelerator.num_processes * batch[ROWS_KEY].numel())
+        if not torch.equal(rows.sort().values.cpu(), expected):
+            raise RuntimeError(
+                f"the processes' rows are not the generation batch's {expected.numel()} rows "
+                "once each (did TRL change how it splits a generation batch?)"
+            )
+        ordered = torch.empty_like(values)
+        ordered[rows] = values
+        return ordered
+
+    def _trl_rollout_logps(self, batch: dict[str, Any]) -> Tensor | None:
+        """[b, T] per-token log-probs of this process's rows under the rollout policy, at the
+        sampling temperature, when TRL has them: its old_per_token_logps, else vLLM's sampling
+        log-probs (when none is NaN); None otherwise."""
+        if batch.get("old_per_token_logps") is not None:
+            return batch["old_per_token_logps"]
+        sampling = batch.get("sampling_per_token_logps")
+        if sampling is not None and not bool(sampling[loss_mask(batch)].isnan().any()):
+            return sampling
+        return None
+
+    def _reference_logps(self, batch: dict[str, Any]) -> Tensor:
+        """[b, T] reference log-probs (ref_free=False): TRL's when beta > 0, else the PEFT
+        model with its adapter disabled (or its "ref" adapter), as TRL takes them."""
+        if batch.get("ref_per_token_logps") is not None:
+            return batch["ref_per_token_logps"]
+        model = self.accelerator.unwrap_model(self.model)
+        with (
+            profiling_context(self, "groupwise.reference_logps"),
+            use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None),
+        ):
+            return self._no_grad_logps(batch)
+
+    def _no_grad_logps(self, batch: dict[str, Any]) -> Tensor:
+        """[b, T] per-token log-probs of the batch's completions under the current model,
+        without gradient, through TRL's own log-prob function (same temperature, same fused
+        head, same multimodal inputs as its loss)."""
+        completion_ids = batch["completion_ids"]
+        with (
+            torch.no_grad(),
+            disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
+        ):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                torch.cat([batch["prompt_ids"], completion_ids], dim=1),
+                torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
+                completion_ids.size(1),
+                batch_size=self.args.per_device_train_batch_size,
+                **{key: batch[key] for key in _FORWARD_KEYS if key in batch},
+            )
+        return logps
+
+    # -----------------------------------------------------------------------------------------
+    # Loss of a micro-batch
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, **kwargs
+    ):
+        result = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, **kwargs
+        )
+        if self._capturing and self._captured_logps is None:
+            self._captured_logps = result[0]
+            if self._deferred is not None:
+                # On-policy with one micro-batch per process: this forward pass is at the
+                # rollout policy, so its detached log-probs are the rollout l(q, o); TRL's loss
+                # reads the advantages only after it (the tests pin that order).
+                inputs, pending, self._deferred = self._loss_inputs, self._deferred, None
+                mean_logp = sequence_mean_logp(result[0].detach(), loss_mask(inputs))
+                self._finish_terms(inputs, pending, mean_logp)
+        return result
+
+    def _compute_loss(self, model, inputs):
+        if ROWS_KEY not in inputs or not self.model.training:
+            return super()._compute_loss(model, inputs)
+        self._capturing, self._captured_logps, self._loss_inputs = True, None, inputs
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._capturing, self._loss_inputs = False, None
+        logps, self._captured_logps = self._captured_logps, None
+        captured = logps is not None and logps.shape == inputs["completion_ids"].shape
+        if self._deferred is not None or not captured:
+            raise RuntimeError(
+                "GroupwiseGRPOTrainer could not capture the policy's log-probs of the loss from "
+                "_get_per_token_logps_and_entropies (TRL's _compute_loss changed?)"
+            )
+        if COEFFICIENTS_KEY not in inputs:
+            return loss
+        accumulation = self.current_gradient_accumulation_steps
+        if self._pending_pref_loss is not None:
+            self._observe_losses(loss, accumulation, self._pending_pref_loss)
+            self._pending_pref_loss = None
+        l_theta = sequence_mean_logp(logps, loss_mask(inputs))
+        # l - sg(l): the gradient of sum_k c_k l_k with the value 0, so that TRL's logged `loss`
+        # stays its own; L_pref's value is logged as amir/preference_loss.
+        surrogate = preference_surrogate(l_theta - l_theta.detach(), inputs[COEFFICIENTS_KEY])
+        # TRL's loss of a micro-batch is its share of the generation batch's, and processes'
+        # gradients are averaged: this scale makes the micro-batches' and processes' AMIR
+        # gradients add up to lambda * grad L_pref of the whole generation batch per
+        # optimizer step (per steps_per_generation / accumulation steps of it).
+        scale = self.accelerator.num_processes * self.args.steps_per_generation / accumulation
+        loss = loss + self.lambda_reg.value * scale * surrogate
+        if self.accelerator.sync_gradients:
+            self._metrics["train"]["amir/lambda"].append(self.lambda_reg.value)
+        return loss
+
+    def _observe_losses(self, loss: Tensor, accumulation: int, pref_loss: float) -> None:
+        """The official lambda rule, once per generation batch (REFERENCE.md 2): L_GRPO is the
+        first micro-batch's loss as TRL's _compute_loss returns it, times the accumulation steps
+        it divided by, averaged over processes (so lambda stays the same everywhere)."""
+        if self.lambda_reg.measure != "loss":
+            return
+        first = self.accelerator.reduce(loss.detach().float() * accumulation, reduction="mean")
+        self.lambda_reg.observe_losses(float(first), pref_loss)
+
+    # -----------------------------------------------------------------------------------------
+    # Checkpoints
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.lambda_reg is not None and self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial),
+                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",
+            )
+            with open(os.path.join(folder, STATE_FILE), "w") as handle:
+                json.dump({"lambda_reg": self.lambda_reg.state_dict()}, handle)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if self.lambda_reg is None or checkpoint is None:
+            return
+        path = os.path.join(checkpoint, STATE_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{path} is missing: the checkpoint was not written by GroupwiseGRPOTrainer with "
+                "amir=True, so lambda_reg cannot be restored"
+            )
+        with open(path) as handle:
+            self.lambda_reg.load_state_dict(json.load(handle)["lambda_reg"])
