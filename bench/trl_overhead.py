@@ -50,7 +50,7 @@ from trl import GRPOConfig, GRPOTrainer
 from groupwise.data import build_messages, load_benchmark
 from groupwise.integrations.trl import GroupwiseGRPOConfig, GroupwiseGRPOTrainer, reward_functions
 from groupwise.models import load_model
-from groupwise.rewards import AMIR_GRPO_WEIGHTS
+from groupwise.rewards import AMIR_GRPO_CHECKING, AMIR_GRPO_WEIGHTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
@@ -106,7 +106,7 @@ def build(name: str, args: argparse.Namespace, out: Path, callback: Any) -> Any:
         [{"prompt": build_messages(p, "amir"), "answer": p.answer} for p in problems]
     )
     model, tokenizer = load_model(args.model)
-    funcs, weights = reward_functions(AMIR_GRPO_WEIGHTS, workers=1)
+    funcs, weights = reward_functions(AMIR_GRPO_WEIGHTS, workers=1, checking=AMIR_GRPO_CHECKING)
     settings = {
         "output_dir": str(out / name),
         "max_steps": args.warmup + args.steps,

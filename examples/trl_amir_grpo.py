@@ -35,12 +35,12 @@ from transformers import HfArgumentParser
 from groupwise.data import build_messages, load_benchmark
 from groupwise.integrations.trl import GroupwiseGRPOConfig, GroupwiseGRPOTrainer, reward_functions
 from groupwise.models import load_model, model_aliases
-from groupwise.rewards import AMIR_GRPO_WEIGHTS, LENS_WEIGHTS
+from groupwise.rewards import AMIR_GRPO_CHECKING, AMIR_GRPO_WEIGHTS, LENS_CHECKING, LENS_WEIGHTS
 
 REWARDS = {
-    # preset: (component weights, correctness reward, its value when correct)
-    "amir": (AMIR_GRPO_WEIGHTS, "correctness", 2.0),  # the AMIR-GRPO official reward
-    "lens": (LENS_WEIGHTS, "binary", 1.0),  # the LENS paper: binary correctness alone
+    # preset: (component weights, checking mode, correctness reward, its value when correct)
+    "amir": (AMIR_GRPO_WEIGHTS, AMIR_GRPO_CHECKING, "correctness", 2.0),  # AMIR-GRPO official
+    "lens": (LENS_WEIGHTS, LENS_CHECKING, "binary", 1.0),  # LENS: binary, Math-Verify
 }
 
 
@@ -94,10 +94,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, Groupwis
 def main(argv: list[str] | None = None) -> GroupwiseGRPOTrainer:
     """Train as the flags say; returns the trainer (its state holds the logged metrics)."""
     script, training_args = parse_args(argv)
-    weights, correctness, correct_value = REWARDS[script.rewards]
+    weights, checking, correctness, correct_value = REWARDS[script.rewards]
     if training_args.correctness_reward is None:
         training_args.correctness_reward, training_args.correct_value = correctness, correct_value
-    funcs, reward_weights = reward_functions(weights)
+    funcs, reward_weights = reward_functions(weights, checking=checking)
     training_args.reward_weights = reward_weights
 
     data_dir = script.data_dir

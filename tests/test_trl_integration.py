@@ -406,7 +406,8 @@ def test_lambda_travels_with_checkpoints(tmp_path: Path) -> None:
         resumed._load_optimizer_and_scheduler(str(checkpoint))
 
 
-def test_reward_functions_are_groupwises_components() -> None:
+@pytest.mark.parametrize("checking", ["groupwise", "amir_official"])
+def test_reward_functions_are_groupwises_components(checking: str) -> None:
     from groupwise.integrations.trl import reward_functions
     from groupwise.rewards import AMIR_GRPO_WEIGHTS, RewardSuite
 
@@ -415,19 +416,24 @@ def test_reward_functions_are_groupwises_components() -> None:
         "<confidence> 0.9 </confidence>",
         "The answer is 6.",
         "<answer> 5 </answer>",
+        "<answer> 5 </answer> (checked with 6 apples)",  # the official reading takes the 6
     ]
-    golds = ["5", "5", "5"]
-    functions, weights = reward_functions(AMIR_GRPO_WEIGHTS, workers=1)
+    golds = ["5"] * len(texts)
+    functions, weights = reward_functions(AMIR_GRPO_WEIGHTS, workers=1, checking=checking)
     assert [f.__name__ for f in functions] == list(AMIR_GRPO_WEIGHTS)
     assert weights == list(AMIR_GRPO_WEIGHTS.values())
-    expected = RewardSuite(AMIR_GRPO_WEIGHTS, workers=1).score(texts, golds).columns
+    suite = RewardSuite(AMIR_GRPO_WEIGHTS, workers=1, checking=checking)
+    expected = suite.score(texts, golds).columns
     conversational = [[{"role": "assistant", "content": t}] for t in texts]
     for function in functions:
-        got = function(prompts=["q"] * 3, completions=conversational, answer=golds)
+        got = function(prompts=["q"] * len(texts), completions=conversational, answer=golds)
         assert got == pytest.approx(expected[function.__name__].tolist())
-    assert expected["correctness"].tolist() == [2.0, 0.0, 2.0]
+    last = 2.0 if checking == "groupwise" else 0.0
+    assert expected["correctness"].tolist() == [2.0, 0.0, 2.0, last]
     with pytest.raises(KeyError, match="gold answers"):
         functions[0](prompts=["q"], completions=["x"], solution=["5"])
+    with pytest.raises(ValueError, match="amir_official"):
+        reward_functions(AMIR_GRPO_WEIGHTS, checking="nope")
 
 
 @pytest.mark.parametrize(
@@ -493,7 +499,7 @@ def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
     log = trainer.state.log_history[0]
     assert trainer.args.correctness_reward == "correctness" and trainer.args.correct_value == 2.0
     assert [f.__name__ for f in trainer.reward_funcs] == [
-        "correctness", "format", "integer", "tag_count", "calibration"
+        "correctness", "format_official", "integer_official", "tag_count", "calibration_official"
     ]
     assert math.isfinite(log["loss"]) and "amir/lambda" in log and "groups/all_wrong" in log
     assert (tmp_path / "adapter_model.safetensors").is_file()

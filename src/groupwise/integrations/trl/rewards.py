@@ -1,12 +1,13 @@
 """groupwise's reward components as TRL reward functions (REFERENCE.md 2 and 3).
 
 TRL calls each reward function with the batch's completions and the dataset's other columns as
-keyword lists. `reward_functions({"correctness": 1.0, "format": 1.0, ...})` returns one function
+keyword lists. `reward_functions({"correctness": 1.0, "format": 1.0, ...}, checking=...)` returns
+one function
 per component, named after it (TRL logs `rewards/<name>/mean`; GroupwiseGRPOConfig's
 `correctness_reward` names one), and the weights in the same order for GRPOConfig's
-`reward_weights`. The answers of a batch are checked once (math-verify in groupwise's worker
-pool, under hard timeouts) and the verdicts shared by every component, as groupwise's
-RewardSuite does.
+`reward_weights`. The answers of a batch are checked once, under one checking mode, in
+groupwise's worker pool with hard timeouts, and the verdicts shared by every component, as
+groupwise's RewardSuite does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from groupwise.rewards import Verdict, check_answers, get_component
+from groupwise.rewards import DEFAULT_MODE, Verdict, check_answers, checking_mode, get_component
 
 RewardFunction = Callable[..., list[float]]
 
@@ -33,6 +34,7 @@ def reward_functions(
     answer_column: str = "answer",
     workers: int = 2,
     timeout: float = 5.0,
+    checking: str = DEFAULT_MODE,
 ) -> tuple[list[RewardFunction], list[float]]:
     """TRL reward functions for groupwise reward components, and their weights.
 
@@ -41,12 +43,17 @@ def reward_functions(
             LENS_WEIGHTS); an unknown name is an error naming the registered ones.
         answer_column: the dataset column holding each problem's gold answer.
         workers, timeout: answer-checking processes and seconds per answer.
+        checking: the checking mode that decides correctness (`groupwise.rewards.MODES`:
+            "groupwise", "math_verify", "amir_official", "amir_eval"); pair the weights with
+            their paper's mode (AMIR_GRPO_CHECKING, LENS_CHECKING). An unknown mode is an
+            error naming the valid ones.
 
     Returns:
         (functions, weights): pass them as GRPOTrainer's `reward_funcs` and GRPOConfig's
         `reward_weights`.
     """
     components = [get_component(name) for name in weights]
+    mode = checking_mode(checking).name
     last: dict[str, Any] = {"key": None, "verdicts": []}
 
     def verdicts(completions: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list, list]:
@@ -60,7 +67,9 @@ def reward_functions(
         key = (tuple(texts), tuple(golds))
         if last["key"] != key:  # TRL calls the functions one after another on one batch
             last["key"] = key
-            last["verdicts"] = check_answers(texts, golds, workers=workers, timeout=timeout)
+            last["verdicts"] = check_answers(
+                texts, golds, workers=workers, timeout=timeout, mode=mode
+            )
         return texts, last["verdicts"]
 
     def make(component: Any) -> RewardFunction:
