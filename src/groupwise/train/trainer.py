@@ -504,6 +504,9 @@ class Trainer:
         batch_rows, batch_tokens, batch_pairs = (int(t) for t in totals)
         measure_grad = self.lambda_reg is not None and self.lambda_reg.measures_gradient(self.step)
         pref_grads = [torch.zeros_like(p) for p in self.params] if measure_grad else []
+        diagnose = self.config.train.log_all_wrong_gradient
+        all_wrong = _all_wrong_rows(batch, self.config.rollout.group_size) if diagnose else None
+        wrong_grads = [torch.zeros_like(p) for p in self.params] if diagnose else []
         sums = MetricSums()
         for micro in self._micro_batches(rows):
             micro_mask = mask[micro].to(self.device)
@@ -512,12 +515,14 @@ class Trainer:
             if on_policy:
                 old.record(micro, logp)
             pref = self._preference(old, micro, micro_mask, ref_logp, pairs, batch_pairs)
+            advantages = batch.advantages[batch.rows[micro]].to(logp.device)
+            old_logp = None if on_policy else old.of(micro).to(logp.device)
             terms = loss_terms(
                 logp,
                 micro_mask,
-                batch.advantages[batch.rows[micro]].to(logp.device),
+                advantages,
                 self.loss_settings,
-                old_logp=None if on_policy else old.of(micro).to(logp.device),
+                old_logp=old_logp,
                 ref_logp=ref_logp,
                 coefficients=None if pref is None else pref.coefficients.to(logp.device),
             )
@@ -525,6 +530,10 @@ class Trainer:
             share = micro_batch_share(
                 algo.aggregation, micro.stop - micro.start, tokens, batch_rows, batch_tokens
             )
+            if diagnose:
+                wrong = all_wrong[batch.rows[micro]].to(logp.device)
+                part = (logp, micro_mask, advantages, old_logp, ref_logp)
+                self._add_all_wrong_gradient(wrong_grads, wrong, part, batch_rows, batch_tokens)
             policy_and_kl = terms.grpo(algo.kl_coef)
             if self.lambda_reg is not None and first_use:
                 self._observe_losses(float(policy_and_kl.detach()) * share, share, pref)
@@ -547,11 +556,12 @@ class Trainer:
                 preference_loss_sum=float(pref.pair_losses.sum()) if pref is not None else 0.0,
                 pair_logp_margin_sum=float(pref.logp_margins.sum()) if pref is not None else 0.0,
             )
-        self.dist.sum_gradients(self.params, pref_grads)
+        self.dist.sum_gradients(self.params, [*pref_grads, *wrong_grads])
         if measure_grad:
             self._combine_measured_preference(pref_grads)
         max_norm = self.config.optim.max_grad_norm
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        diagnostics = _all_wrong_gradient_share(wrong_grads, grad_norm) if diagnose else {}
         # The norm is the same on every process (after the all-reduce): all stop together,
         # before the step, so the weights and the last checkpoint stay as they were.
         check_finite(grad_norm, "gradient norm", step=self.step + 1, hint=self._divergence_hint())
@@ -560,7 +570,7 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {**sums.total(self.dist), "pairs": batch_pairs, "grad_norm": grad_norm,
-                "learning_rate": learning_rate}
+                "learning_rate": learning_rate, **diagnostics}
 
     def _preference(
         self,
@@ -590,6 +600,43 @@ class Trainer:
             algo.beta_dpo,
             num_pairs=batch_pairs,
         )
+
+    def _add_all_wrong_gradient(
+        self,
+        buffers: list[torch.Tensor],
+        wrong: torch.Tensor,
+        part: tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, Any],
+        batch_rows: int,
+        batch_tokens: int,
+    ) -> None:
+        """train.log_all_wrong_gradient: add to `buffers` the gradient of the all-wrong rows'
+        part of the micro-batch's share * L_GRPO. part: the micro-batch's (logp, mask,
+        advantages, old_logp, ref_logp); wrong: [b] bool, rows of all-wrong groups.
+
+        A micro-batch's aggregated loss splits exactly into row subsets, each weighted by its
+        own share of the update (micro_batch_share), so this is the all-wrong rows' exact
+        contribution to the update's gradient (REFERENCE.md 1 and 3)."""
+        logp, mask, advantages, old_logp, ref_logp = part
+        algo = self.config.algorithm
+        if not bool((advantages[wrong] != 0).any()) and algo.kl_coef == 0:
+            return  # no such rows, or all their advantages are 0: a zero gradient, no backward
+        terms = loss_terms(
+            logp[wrong],
+            mask[wrong],
+            advantages[wrong],
+            self.loss_settings,
+            old_logp=None if old_logp is None else old_logp[wrong],
+            ref_logp=None if ref_logp is None else ref_logp[wrong],
+        )
+        share = micro_batch_share(
+            algo.aggregation, int(wrong.sum()), int(mask[wrong].sum()), batch_rows, batch_tokens
+        )
+        grads = torch.autograd.grad(
+            share * terms.grpo(algo.kl_coef), self.params, retain_graph=True, allow_unused=True
+        )
+        for buffer, grad in zip(buffers, grads, strict=True):
+            if grad is not None:
+                buffer.add_(grad)
 
     def _observe_losses(self, weighted_pg: float, share: float, pref: PreferenceTerms) -> None:
         """One loss computation for AdaptiveLambda: the k-th micro-batches of every process,
@@ -638,6 +685,8 @@ class Trainer:
             "pairs": int(batch.chosen.numel()),
             "pairs_per_group": batch.chosen.numel() / len(problems),
             **({"lambda": self.lambda_reg.value} if self.lambda_reg is not None else {}),
+            **(_all_wrong_metrics(batch, updates, group_size)
+               if cfg.train.log_all_wrong_gradient else {}),
             "advantage_abs_mean": float(batch.advantages.abs().mean()),
             "reward_used_mean": float(batch.rewards.mean()),
             "learning_rate": updates[-1]["learning_rate"],
@@ -880,6 +929,35 @@ _PER_UPDATE = (
     "ratio_mean",
     "grad_norm",
 )
+
+
+def _all_wrong_rows(batch: StepBatch, group_size: int) -> torch.Tensor:
+    """[B] bool: the whole batch's rows whose group has no correct completion."""
+    return group_types(batch.scores.correct, group_size)["all_wrong"].repeat_interleave(group_size)
+
+
+def _all_wrong_gradient_share(wrong_grads: list[torch.Tensor], grad_norm: float
+                              ) -> dict[str, float]:
+    """The all-wrong part's gradient norm and its ratio to the update's (pre-clip) gradient
+    norm; 0 when the update has no gradient. The parts are not orthogonal, so the ratio can
+    exceed 1 where the other rows' gradient partly cancels it."""
+    norm = float(torch.sqrt(sum((g.float() ** 2).sum() for g in wrong_grads)))
+    return {"all_wrong_grad_norm": norm,
+            "all_wrong_grad_share": norm / grad_norm if grad_norm > 0 else 0.0}
+
+
+def _all_wrong_metrics(batch: StepBatch, updates: list[dict[str, float]], group_size: int
+                       ) -> dict[str, float]:
+    """train.log_all_wrong_gradient's step metrics: the fraction of groups that are all-wrong
+    and carry a non-zero advantage (so a policy gradient), and the updates' mean all-wrong
+    gradient norm and share."""
+    all_wrong = group_types(batch.scores.correct, group_size)["all_wrong"]
+    active = (batch.advantages.view(-1, group_size) != 0).any(dim=1)
+    return {
+        "group_all_wrong_active": float((all_wrong & active).float().mean()),
+        "all_wrong_grad_norm": _mean(updates, "all_wrong_grad_norm"),
+        "all_wrong_grad_share": _mean(updates, "all_wrong_grad_share"),
+    }
 
 
 def _mean(updates: list[dict[str, float]], key: str) -> float:
