@@ -18,7 +18,8 @@ Difficulty levels (``level=``); ``ops=`` and ``digits=`` override the level's nu
     =====  ===  ======  ==========  ====================================================
     easy   3    1       + -         start and operands 1..9; results up to 36
     mid    5    1       + -         start and operands 1..9; results up to 54
-    hard   6    1       + - *       as mid, plus at most one multiplication by 2..9
+    long   6    1       + -         as mid, one operation more; results up to 63
+    hard   6    1       + - *       as long, plus at most one multiplication by 2..9
     =====  ===  ======  ==========  ====================================================
 
 ``ops`` is the number of operations and ``digits`` the digit count of the start value and of
@@ -64,6 +65,7 @@ class LevelSpec:
 LEVELS: dict[str, LevelSpec] = {
     "easy": LevelSpec(ops=3, digits=1, operators="+-", max_multiplications=0),
     "mid": LevelSpec(ops=5, digits=1, operators="+-", max_multiplications=0),
+    "long": LevelSpec(ops=6, digits=1, operators="+-", max_multiplications=0),
     "hard": LevelSpec(ops=6, digits=1, operators="+-*", max_multiplications=1),
 }
 
