@@ -31,7 +31,7 @@ by default: on a small CPU, one thread per process beats two processes sharing t
     python bench/learning.py --jobs 2           # full preset (about 4 hours on 2 cores)
     python bench/learning.py --quick --jobs 2   # a first look (about 15 minutes on 2 cores)
     python bench/learning.py --preset plateau   # GRPO at a constant lr: where pass@1 plateaus
-    python bench/learning.py --preset smoke     # a minute: checks the pipeline end to end
+    python bench/learning.py --preset smoke     # minutes: every method, the pipeline end to end
 """
 
 from __future__ import annotations
@@ -112,6 +112,8 @@ METHODS: dict[str, Method] = {
 }
 REFERENCE = "grpo"
 BASE = "base"
+# Runs that only control another method's comparison: scheduled after every other run.
+CONTROLS = ("grpo_m2",)
 LENS_METHODS = ("lens", "lens_mixed", "lens_negative", "amir_lens")
 AMIR_METHODS = ("amir", "amir_grad", "amir_lens")
 # Per-step metrics kept from each run's metrics.jsonl.
@@ -142,18 +144,18 @@ class BenchSettings:
     """What defines the runs of one bench (saved as OUTPUT/settings.json).
 
     levels: {level: method keys run at that level}. seeds: training seeds (each run's
-    train.seed; the base policy is the same for all). steps, questions_per_step, group_size, lr,
-    schedule: the equal budget of every method. eval_problems, eval_n, eval_ks: the final
-    held-out evaluation (the first eval_problems test problems of the level, eval_n samples
-    each, pass@k for each k). curve_points, curve_problems, curve_n: held-out evaluations during
-    training, at steps steps/curve_points, 2 steps/curve_points, ..., steps (and the base at 0),
-    on the first curve_problems problems with curve_n samples. max_new_tokens: for training and
-    evaluation. model: the base policy alias.
+    train.seed; the base policy is the same for all). steps ({level: steps}), questions_per_step,
+    group_size, lr, schedule: the equal budget of every method at a level. eval_problems,
+    eval_n, eval_ks: the final held-out evaluation (the first eval_problems test problems of the
+    level, eval_n samples each, pass@k for each k). curve_points, curve_problems, curve_n:
+    held-out evaluations during training, at steps S/curve_points, 2 S/curve_points, ..., S (and
+    the base at 0), on the first curve_problems problems with curve_n samples. max_new_tokens:
+    for training and evaluation. model: the base policy alias.
     """
 
     levels: dict[str, tuple[str, ...]]
     seeds: tuple[int, ...]
-    steps: int
+    steps: dict[str, int]
     questions_per_step: int
     group_size: int
     lr: float
@@ -186,15 +188,18 @@ class BenchSettings:
     )
 
     def __post_init__(self) -> None:
-        if self.steps % self.curve_points:
-            raise ValueError(
-                f"steps ({self.steps}) must be a multiple of curve_points ({self.curve_points})"
-            )
+        for level in self.levels:
+            steps = self.steps.get(level)
+            if not isinstance(steps, int) or steps < 1 or steps % self.curve_points:
+                raise ValueError(
+                    f"steps of level {level!r} ({steps}) must be a positive multiple of "
+                    f"curve_points ({self.curve_points})"
+                )
 
-    @property
-    def curve_steps(self) -> list[int]:
-        """The steps of the held-out evaluations during training, the base's 0 first."""
-        every = self.steps // self.curve_points
+    def curve_steps(self, level: str) -> list[int]:
+        """The steps of the held-out evaluations during training at `level`, the base's 0
+        first."""
+        every = self.steps[level] // self.curve_points
         return [every * i for i in range(self.curve_points + 1)]
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,12 +213,12 @@ class BenchSettings:
 PRESETS: dict[str, BenchSettings] = {
     "full": BenchSettings(
         levels={
-            "mid": tuple(METHODS),
+            "mid": ("grpo", "amir", "amir_grad", "lens", "gspo_m2", "grpo_m2"),
             # Most groups all-wrong at the start while GRPO still learns: LENS's regime.
-            "long": ("grpo", "amir", "lens", "lens_mixed", "lens_negative", "amir_lens"),
+            "long": ("grpo", "lens", "lens_mixed", "lens_negative", "amir_lens"),
         },
         seeds=(0, 1, 2, 3, 4),
-        steps=100,
+        steps={"mid": 160, "long": 100},
         questions_per_step=16,
         group_size=8,
         lr=1e-4,
@@ -230,7 +235,7 @@ PRESETS: dict[str, BenchSettings] = {
     "quick": BenchSettings(
         levels={"mid": ("grpo", "amir", "lens", "gspo_m2")},
         seeds=(0, 1),
-        steps=40,
+        steps={"mid": 40},
         questions_per_step=16,
         group_size=8,
         lr=1e-4,
@@ -244,12 +249,12 @@ PRESETS: dict[str, BenchSettings] = {
         max_new_tokens=96,
         model="arith-base",
     ),
-    # GRPO at a constant learning rate (after warm-up) for twice the full budget, evaluated
-    # every 25 steps: where its held-out pass@1 stops rising, which sized the full preset.
+    # GRPO at a constant learning rate (after warm-up), evaluated every 25 steps: where its
+    # held-out pass@1 stops rising, which sized the full preset.
     "plateau": BenchSettings(
         levels={"mid": ("grpo",), "long": ("grpo",)},
         seeds=(0,),
-        steps=200,
+        steps={"mid": 200, "long": 200},
         questions_per_step=16,
         group_size=8,
         lr=1e-4,
@@ -264,9 +269,9 @@ PRESETS: dict[str, BenchSettings] = {
         model="arith-base",
     ),
     "smoke": BenchSettings(
-        levels={"easy": ("grpo", "lens")},
+        levels={"easy": tuple(METHODS)},
         seeds=(0, 1),
-        steps=4,
+        steps={"easy": 4},
         questions_per_step=4,
         group_size=4,
         lr=1e-4,
@@ -281,6 +286,10 @@ PRESETS: dict[str, BenchSettings] = {
         model="arith-base-quick",
     ),
 }
+
+
+# Presets whose complete runs write bench/results/NAME.md (and .json, figures).
+COMMITTED = {"full": "learning", "plateau": "learning-plateau"}
 
 
 @dataclass(frozen=True)
@@ -301,17 +310,20 @@ class RunSpec:
 
 
 def run_specs(settings: BenchSettings) -> list[RunSpec]:
-    """The baseline of every level, then every (seed, level, method) run, seeds outermost: a
+    """The baseline of every level, then every (seed, level, method) run, seeds outermost (a
     bench stopped early holds every method for its first seeds, so its differences stay
-    paired."""
+    paired), the CONTROLS' runs last."""
     specs = [RunSpec(level, BASE, 0) for level in settings.levels]
     for methods in settings.levels.values():
         unknown = [m for m in methods if m not in METHODS]
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; valid: {', '.join(METHODS)}")
-    for seed in settings.seeds:
-        for level, methods in settings.levels.items():
-            specs += [RunSpec(level, method, seed) for method in methods]
+    for controls in (False, True):
+        for seed in settings.seeds:
+            for level, methods in settings.levels.items():
+                specs += [
+                    RunSpec(level, m, seed) for m in methods if (m in CONTROLS) == controls
+                ]
     return specs
 
 
@@ -328,8 +340,8 @@ def train_overrides(spec: RunSpec, settings: BenchSettings, run_dir: Path) -> li
         f"train.micro_batch_size={settings.group_size * settings.questions_per_step}",
         f"optim.lr={settings.lr}",
         f"optim.schedule={settings.schedule}",
-        f"train.max_steps={settings.steps}",
-        f"train.save_every={settings.steps // settings.curve_points}",
+        f"train.max_steps={settings.steps[spec.level]}",
+        f"train.save_every={settings.steps[spec.level] // settings.curve_points}",
         "train.keep_checkpoints=0",
         "train.log_all_wrong_gradient=true",
         f"train.seed={spec.seed}",
@@ -448,11 +460,15 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
         if not (final / "config.json").is_file():
             config = load_config(CONFIG, train_overrides(spec, s, folder))
             config.train.progress = progress
-            Trainer(config, resume=True).train()
+            trainer = Trainer(config, resume=True)
+            trainer.train()
+            if trainer.stop_signal is not None:
+                raise SystemExit(f"{spec.name}: stopped by signal {trainer.stop_signal} after a "
+                                 "checkpoint; rerun the same command to resume")
         trained = time.perf_counter()
         model_name = str(final.resolve())
         model, tokenizer = load_model(s.model)
-        for step in s.curve_steps[1:]:
+        for step in s.curve_steps(spec.level)[1:]:
             checkpoint = folder / "checkpoints" / f"step-{step}"
             load_weights_into(model, checkpoint)
             model.eval()
@@ -660,28 +676,29 @@ def _interval(low: float, high: float) -> str:
     return "–" if math.isnan(low) else f"[{low:+.1f}, {high:+.1f}]"
 
 
-def budget_table(settings: BenchSettings, methods: Sequence[str]) -> str:
-    """Per method: its overrides and the questions, completions and optimizer steps of a run,
-    read from the config each run is built from."""
+def budget_table(settings: BenchSettings) -> str:
+    """Per level and method: its overrides and the questions, completions and optimizer steps
+    of a run, read from the config each run is built from."""
     from groupwise.train.config import load_config
 
     lines = [
-        "| method | overrides of configs/testbed_arith.yaml | questions | completions | "
+        "| level | method | overrides of configs/testbed_arith.yaml | questions | completions | "
         "optimizer steps |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
-    for method in methods:
-        config = load_config(
-            CONFIG, train_overrides(RunSpec("mid", method, 0), settings, Path("unused"))
-        )
-        algo, rollout = config.algorithm, config.rollout
-        questions = settings.steps * rollout.questions_per_step
-        updates = settings.steps * algo.minibatches * algo.num_iterations
-        overrides = ", ".join(f"`{o}`" for o in METHODS[method].overrides) or "none"
-        lines.append(
-            f"| {METHODS[method].label} | {overrides} | {questions} | "
-            f"{questions * rollout.group_size} | {updates} |"
-        )
+    for level, methods in settings.levels.items():
+        for method in methods:
+            config = load_config(
+                CONFIG, train_overrides(RunSpec(level, method, 0), settings, Path("unused"))
+            )
+            algo, rollout, steps = config.algorithm, config.rollout, config.train.max_steps
+            questions = steps * rollout.questions_per_step
+            updates = steps * algo.minibatches * algo.num_iterations
+            overrides = ", ".join(f"`{o}`" for o in METHODS[method].overrides) or "none"
+            lines.append(
+                f"| {level} | {METHODS[method].label} | {overrides} | {questions} | "
+                f"{questions * rollout.group_size} | {updates} |"
+            )
     return "\n".join(lines)
 
 
@@ -782,14 +799,15 @@ def amir_table(level: Mapping[str, Any]) -> str:
     if not level["amir"]:
         return ""
     curve = level["curve"]
-    steps = [p["step"] for p in next(iter(curve.values()))] if curve else []
+    shown = [m for m in (REFERENCE, *AMIR_METHODS) if m in curve]
+    steps = [p["step"] for p in curve[shown[0]]]
     lines = [
         "| method | λ mean | steps at λ floor | at λ ceiling | λ last | pairs/group | "
         + " | ".join(f"margin step {s}" for s in steps)
         + " |",
         "|---|---|---|---|---|---|" + "---|" * len(steps),
     ]
-    for method in [m for m in curve if m != BASE]:
+    for method in shown:
         row = level["amir"].get(method)
         head = (
             f"{row['lambda_mean']:.4f} | {100 * row['lambda_floor']:.0f} % | "
@@ -1175,8 +1193,8 @@ def write_results(
     numbers = aggregate(summaries, settings)
     command = " ".join(shlex.quote(a) for a in ["python", *sys.argv])
     ks = settings.eval_ks
-    methods = [m for m in METHODS if any(m in ms for ms in settings.levels.values())]
     seeds = sorted({s["seed"] for s in summaries if s["method"] != BASE})
+    steps_text = ", ".join(f"{settings.steps[lv]} (`{lv}`)" for lv in settings.levels)
     level_sections = []
     for level, num in numbers.items():
         level_sections.append(f"""### level `{level}`
@@ -1207,7 +1225,7 @@ Held-out pass@1 (%) during training, first {settings.curve_problems} problems, n
 - training seeds: {seeds} (the same for every method: sampling and question order); the
   evaluation's problems and sampling seeds are the same for every run
 - base policy: `{settings.model}` (groupwise.sft); every run fine-tunes all its weights from it
-- every run: {settings.steps} steps of {settings.questions_per_step} questions x
+- every run: {steps_text} steps of {settings.questions_per_step} questions x
   {settings.group_size} completions, lr {settings.lr} ({settings.schedule} schedule, 10 %
   warm-up), binary 1/0 correctness reward, temperature 1.0, configs/testbed_arith.yaml
 - held-out evaluation: the first {settings.eval_problems} `arith` test problems of the level
@@ -1221,7 +1239,7 @@ AMIR-GRPO uses margin 0.5 (binary rewards: every correct/wrong pair), beta_dpo 0
 (the second is off-policy, so its tight clip acts), not from more samples; GRPO M=2, the same
 split for GRPO, separates the effect of the extra steps from that of the sequence-level ratio.
 
-{budget_table(settings, methods)}
+{budget_table(settings)}
 
 ## pass@k on held-out problems
 
@@ -1288,6 +1306,25 @@ def select(
     return dataclasses.replace(settings, levels={k: v for k, v in chosen.items() if v})
 
 
+def with_settings(settings: BenchSettings, assignments: Sequence[str]) -> BenchSettings:
+    """`settings` with KEY=VALUE assignments of its RUN_KEYS applied (values read as YAML)."""
+    import yaml
+
+    changes: dict[str, Any] = {}
+    for assignment in assignments:
+        key, sep, raw = assignment.partition("=")
+        if not sep or key not in BenchSettings.RUN_KEYS:
+            raise ValueError(
+                f"--set {assignment!r}: expected KEY=VALUE with KEY one of "
+                f"{', '.join(BenchSettings.RUN_KEYS)}"
+            )
+        value = yaml.safe_load(raw)
+        changes[key] = tuple(value) if key == "eval_ks" else value
+    if "lr" in changes:
+        changes["lr"] = float(changes["lr"])
+    return dataclasses.replace(settings, **changes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
@@ -1305,6 +1342,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help=f"comma-separated methods to run (default: all): {', '.join(METHODS)}",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one setting of the preset (repeatable), e.g. --set lr=3e-4 --set steps=150",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument(
@@ -1321,7 +1365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds is not None:
         settings = dataclasses.replace(settings, seeds=tuple(range(args.seeds)))
     try:
-        settings = select(settings, args.levels, args.methods)
+        settings = select(with_settings(settings, args.set), args.levels, args.methods)
     except ValueError as err:
         parser.error(str(err))
     root = args.output or REPO / "runs" / (
@@ -1336,11 +1380,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     load_model(settings.model)
     summaries = run_bench(settings, root, args.jobs, args.threads)
-    # Only a complete run of the full preset replaces the committed results.
-    complete = preset == "full" and all(
+    # Only a complete, unchanged run of the full or plateau preset replaces committed results.
+    complete = preset in COMMITTED and not args.set and all(
         option is None for option in (args.levels, args.methods, args.seeds)
     )
     folders = [root] + ([RESULTS_DIR] if complete else [])
+    name = COMMITTED.get(preset, "learning")
     text = write_results(
         settings,
         summaries,
@@ -1348,9 +1393,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         wall_seconds=time.perf_counter() - started,
         load_before=load_before,
         load_after=load_average(),
+        name=name,
     )
     print(text)
-    print("written: " + ", ".join(str(f / "learning.md") for f in folders))
+    print("written: " + ", ".join(str(f / f"{name}.md") for f in folders))
     return 0
 
 
