@@ -1,7 +1,7 @@
 """The trainer learns: GRPO on the easy `arith` level raises the held-out accuracy of the tiny SFT
 base policy (groupwise.sft) by a clear margin, with fixed seeds, on a CPU in under 2 minutes.
-And the learning testbed's statistics (bench/learning_stats.py, bench/learning.py) give the
-hand-computed intervals on tiny tables.
+And the learning testbed's statistics (bench/learning_stats.py, bench/learning_report.py) give
+the hand-computed intervals on tiny tables.
 
 Accuracy is pass@1 at temperature 1.0 (the mean correctness of SAMPLES_PER_PROBLEM samples) on
 the first HELD_OUT `arith` test problems of the easy level, which share no question with the
@@ -31,7 +31,7 @@ from groupwise.train.trainer import Trainer
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "testbed_arith.yaml"
 sys.path.insert(0, str(REPO / "bench"))
-import learning  # noqa: E402  (bench/learning.py)
+import learning_report  # noqa: E402  (bench/learning_report.py)
 import learning_stats  # noqa: E402  (bench/learning_stats.py)
 
 # The base policy, spelled out so that the test does not move when presets are retuned: the
@@ -180,7 +180,7 @@ def test_differences_pair_runs_by_seed_and_report_points() -> None:
         # seed 2 is missing: only seeds 0 and 1 are paired
         "lens": [run("lens", 1, [2, 1]), run("lens", 0, [1, 1])],
     }
-    d = learning.differences(methods, n=2, ks=(1, 2))["lens"]
+    d = learning_report.differences(methods, n=2, ks=(1, 2))["lens"]
     # pass@1 differences per seed: seed 0 (0.5 + 0.5 - 0 - 0.5) / 2 = 0.25, seed 1 0.25.
     assert d["pass@1"]["mean"] == pytest.approx(25.0)
     assert (d["pass@1"]["seed_low"], d["pass@1"]["seed_high"]) == pytest.approx((25.0, 25.0))

@@ -27,7 +27,10 @@ the addition/subtraction operands (``digits=2``: 10..99); a multiplier is always
 2..9. The levels are sized for the testbed's tiny character-level policy (``groupwise.sft``):
 a chain of one-digit steps is what it can learn in minutes on a CPU, each extra operation is
 one more chance to slip, and multiplication is a skill it barely learns, so accuracy falls
-from easy to hard. Question spaces: easy about 30,000 questions, mid and hard millions.
+from easy to hard (the default base policy: pass@1 about 70, 22, 10 and 6 %). ``long`` is
+the regime of LENS: most groups of 8 samples are all-wrong at the start, yet GRPO still lifts
+pass@1 (``hard`` barely moves: its multiplications are out of the policy's reach). Question
+spaces: easy about 30,000 questions, mid, long and hard millions.
 
 Splits: the question space is partitioned by a stable hash of the question text (20 % test,
 80 % train), so the train and test splits never share a question whatever their seeds and
