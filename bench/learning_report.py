@@ -63,7 +63,9 @@ def aggregate(summaries: Sequence[Mapping[str, Any]], settings: BenchSettings) -
     (mechanism_numbers)."""
     out: dict[str, Any] = {}
     n, ks = settings.eval_n, settings.eval_ks
-    for level, methods in by_run(summaries).items():
+    runs = by_run(summaries)
+    for level in [lv for lv in settings.levels if lv in runs]:
+        methods = runs[level]
         table: dict[str, Any] = {}
         for method, runs in methods.items():
             row: dict[str, Any] = {
@@ -313,9 +315,9 @@ def lens_table(level: Mapping[str, Any]) -> str:
     for method, row in level["lens"].items():
         lines.append(
             f"| {_label(method)} | {100 * row['all_wrong']:.0f} % | "
-            f"{100 * row['active_mean']:.0f} % | {row['grad_share_mean']:.2f} "
-            f"({row['grad_share_first']:.2f}→"
-            f"{row['grad_share_last']:.2f}) |"
+            f"{100 * row['active_mean']:.0f} % | {row['grad_share_mean']:.4f} "
+            f"({row['grad_share_first']:.4f}→"
+            f"{row['grad_share_last']:.4f}) |"
         )
     return "\n".join(lines)
 
@@ -492,9 +494,9 @@ def _claims(
             lines.append(
                 f"- {_label(method)}: {100 * row['active_mean']:.0f} % of the all-wrong groups "
                 f"({100 * row['all_wrong']:.0f} % of all groups) carry a gradient; they hold "
-                f"{row['grad_share_mean']:.2f} of the update's gradient norm on average "
-                f"({row['grad_share_first']:.2f} over the first 10 % of steps, "
-                f"{row['grad_share_last']:.2f} over the last)."
+                f"{row['grad_share_mean']:.4f} of the update's gradient norm on average "
+                f"({row['grad_share_first']:.4f} over the first 10 % of steps, "
+                f"{row['grad_share_last']:.4f} over the last)."
             )
     for method, row in num["amir"].items():
         lines.append(
@@ -577,7 +579,7 @@ def plot_figure(
     from groupwise.analysis.figures import new_figure, save_figure, series_colors
 
     runs = by_run(summaries)
-    levels = [lv for lv in runs if any(m in runs[lv] for m in methods_shown)]
+    levels = [lv for lv in numbers if any(m in runs[lv] for m in methods_shown)]
     if not levels:
         return None
     colors = dict(zip(METHODS, series_colors(len(METHODS)), strict=True))
@@ -679,18 +681,20 @@ Held-out pass@1 (%) during training, first {settings.curve_problems} problems, n
     text = f"""# Learning testbed: GRPO, AMIR-GRPO, LENS, AMIR-GRPO + LENS, GSPO on `arith`
 
 - machine: {machine()}
-- wall time: {total / 60:.1f} min in all, over {len(invocations)} invocation(s) of the bench
-  on this output folder (each makes the runs not yet complete):
+- wall time: {total / 60:.1f} min in all, over {len(invocations)} invocation(s) of the \
+  bench on this output folder (each makes the runs not yet complete):
 {runs}
-- training seeds: {seeds} (the same for every method: sampling and question order); the
+- training seeds: {seeds}, the same for every method (sampling and question order); the
   evaluation's problems and sampling seeds are the same for every run
 - base policy: `{settings.model}` (groupwise.sft); every run fine-tunes all its weights from it
-- every run: {steps_text} steps of {settings.questions_per_step} questions x
-  {settings.group_size} completions, lr {settings.lr} ({settings.schedule} schedule, 10 %
+- every run: {steps_text} steps of {settings.questions_per_step} questions x \
+  {settings.group_size} completions, lr {settings.lr} ({settings.schedule} schedule, 10 % \
   warm-up), binary 1/0 correctness reward, temperature 1.0, configs/testbed_arith.yaml
-- held-out evaluation: the first {settings.eval_problems} `arith` test problems of the level
-  (no question shared with train), n = {settings.eval_n} samples per problem at temperature
-  1.0, unbiased pass@k (REFERENCE.md 4)
+- held-out evaluation: the first {settings.eval_problems} `arith` test problems of the level \
+  (no question shared with train), n = {settings.eval_n} samples per problem at temperature \
+  1.0, unbiased pass@k (REFERENCE.md 4); during training, the first \
+  {settings.curve_problems} of them with n = {settings.curve_n} at {settings.curve_points} \
+  evenly spaced checkpoints
 
 ## Methods and budgets
 
@@ -706,7 +710,7 @@ split for GRPO, separates the effect of the extra steps from that of the sequenc
 pass@k: mean ± standard deviation over seeds. The base row's interval is a 95 % bootstrap over
 problems: the evaluation noise of one policy.
 
-{chr(10).join(level_sections)}
+{(chr(10) * 2).join(level_sections)}
 
 ## Mechanisms
 
@@ -715,11 +719,11 @@ advantage (so a policy gradient), and the all-wrong rows' share of the update's 
 AMIR-GRPO: λ per step under the official loss rule and under `lambda_measure: grad`, pairs per
 group, and the held-out preference margin of `groupwise analyze margin` at the curve steps.
 
-{chr(10).join(mechanism_sections)}
+{(chr(10) * 2).join(mechanism_sections)}
 
 ## Figures
 
-{chr(10).join(figure_lines)}
+{(chr(10) * 2).join(figure_lines)}
 
 ## What the numbers say (computed from the intervals above)
 
