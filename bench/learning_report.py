@@ -63,9 +63,9 @@ def aggregate(summaries: Sequence[Mapping[str, Any]], settings: BenchSettings) -
     (mechanism_numbers)."""
     out: dict[str, Any] = {}
     n, ks = settings.eval_n, settings.eval_ks
-    runs = by_run(summaries)
-    for level in [lv for lv in settings.levels if lv in runs]:
-        methods = runs[level]
+    grouped = by_run(summaries)
+    for level in [lv for lv in settings.levels if lv in grouped]:
+        methods = grouped[level]
         table: dict[str, Any] = {}
         for method, runs in methods.items():
             row: dict[str, Any] = {
