@@ -682,23 +682,28 @@ Held-out pass@1 (%) during training, first {settings.curve_problems} problems, n
         mechanism_sections.append(f"#### `{level}`\n\n{lens_table(num)}\n\n{amir_table(num)}")
     figure_lines = [f"![{name}{suffix}]({name}{suffix}.png)\n\n{caption}"
                     for suffix, (_, _, caption) in FIGURES.items()]
+    setup = "\n".join([
+        f"- machine: {machine()}",
+        f"- wall time: {total / 60:.1f} min in all, over {len(invocations)} invocation(s) of "
+        "the bench on this output folder (each makes the runs not yet complete):",
+        runs,
+        f"- training seeds: {seeds}, the same for every method (sampling and question order); "
+        "the evaluation's problems and sampling seeds are the same for every run",
+        f"- base policy: `{settings.model}` (groupwise.sft); every run fine-tunes all its "
+        "weights from it",
+        f"- every run: {steps_text} steps of {settings.questions_per_step} questions x "
+        f"{settings.group_size} completions, lr {settings.lr} ({settings.schedule} schedule, "
+        "10 % warm-up), binary 1/0 correctness reward, temperature 1.0, "
+        "configs/testbed_arith.yaml",
+        f"- held-out evaluation: the first {settings.eval_problems} `arith` test problems of "
+        f"the level (no question shared with train), n = {settings.eval_n} samples per problem "
+        "at temperature 1.0, unbiased pass@k (REFERENCE.md 4); during training, the first "
+        f"{settings.curve_problems} of them with n = {settings.curve_n} at "
+        f"{settings.curve_points} evenly spaced checkpoints",
+    ])
     text = f"""# Learning testbed: GRPO, AMIR-GRPO, LENS, AMIR-GRPO + LENS, GSPO on `arith`
 
-- machine: {machine()}
-- wall time: {total / 60:.1f} min in all, over {len(invocations)} invocation(s) of the \
-  bench on this output folder (each makes the runs not yet complete):
-{runs}
-- training seeds: {seeds}, the same for every method (sampling and question order); the
-  evaluation's problems and sampling seeds are the same for every run
-- base policy: `{settings.model}` (groupwise.sft); every run fine-tunes all its weights from it
-- every run: {steps_text} steps of {settings.questions_per_step} questions x \
-  {settings.group_size} completions, lr {settings.lr} ({settings.schedule} schedule, 10 % \
-  warm-up), binary 1/0 correctness reward, temperature 1.0, configs/testbed_arith.yaml
-- held-out evaluation: the first {settings.eval_problems} `arith` test problems of the level \
-  (no question shared with train), n = {settings.eval_n} samples per problem at temperature \
-  1.0, unbiased pass@k (REFERENCE.md 4); during training, the first \
-  {settings.curve_problems} of them with n = {settings.curve_n} at {settings.curve_points} \
-  evenly spaced checkpoints
+{setup}
 
 ## Methods and budgets
 
