@@ -608,7 +608,9 @@ def plot_figure(
             ax.grid(alpha=0.3)
             if column == "lambda":
                 ax.set_yscale("log")
-        axes[i, 0].legend(fontsize=6)
+        # The legend where the most methods are drawn (GRPO has no λ, only a margin).
+        fullest = max(axes[i], key=lambda ax: len(ax.get_legend_handles_labels()[0]))
+        fullest.legend(fontsize=6)
     return save_figure(fig, path)
 
 
