@@ -658,7 +658,7 @@ def write_results(
     runs = "\n".join(
         f"  - `{i['command']}` started {i['started']}: {i['wall_seconds'] / 60:.1f} min, "
         f"{i['runs_made']} runs made; load average (1/5/15 min) before {i['load_before']}, "
-        f"after {i['load_after']}"
+        f"after {i['load_after']}" + (f" ({i['note']})" if i.get("note") else "")
         for i in invocations
     )
     ks = settings.eval_ks
