@@ -47,11 +47,11 @@ import math
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -500,8 +500,6 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
     return summary
 
 
-def _worker_init(threads: int) -> None:
-    torch.set_num_threads(threads)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,12 +540,14 @@ def check_output(settings: BenchSettings, root: Path) -> None:
     path.write_text(json.dumps(mine, indent=2) + "\n")
 
 
-def run_bench(
-    settings: BenchSettings, root: Path, jobs: int, threads: int
-) -> tuple[list[dict], int]:
+def complete_runs(settings: BenchSettings, root: Path) -> int:
+    """How many runs of `settings` under `root` are complete (have a summary.json)."""
+    return sum((s.folder(root) / "summary.json").is_file() for s in run_specs(settings))
+
+
+def run_bench(settings: BenchSettings, root: Path, jobs: int, threads: int) -> list[dict]:
     """Every run of `settings` not yet complete under `root`, `jobs` at a time, with a bar
-    over runs showing the last one's pass@1; returns all summaries and the number of runs
-    made."""
+    over runs showing the last one's pass@1; returns all summaries."""
     specs = run_specs(settings)
     done = [s for s in specs if (s.folder(root) / "summary.json").is_file()]
     todo = [s for s in specs if s not in done]
@@ -568,17 +568,64 @@ def run_bench(
             bar.set_description(f"runs ({spec.name})")
             finished(run_one(spec, settings, root, progress=True))
     else:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_worker_init, initargs=(threads,)
-        ) as pool:
-            futures = [pool.submit(run_one, spec, settings, root) for spec in todo]
-            for future in as_completed(futures):
-                finished(future.result())
+        run_in_processes(todo, settings, root, jobs, threads, finished)
     bar.close()
-    return summaries, len(todo)
+    return summaries
+
+
+def _run_in_child(spec: RunSpec, settings: BenchSettings, root: Path, threads: int) -> None:
+    torch.set_num_threads(threads)
+    run_one(spec, settings, root)
+
+
+def run_in_processes(
+    specs: Sequence[RunSpec],
+    settings: BenchSettings,
+    root: Path,
+    jobs: int,
+    threads: int,
+    finished: Callable[[dict], None],
+) -> None:
+    """Run each spec in its own process, `jobs` at a time, calling `finished` with each
+    summary. One process per run, so a stop is clean: on SIGTERM this process sends SIGTERM to
+    the running ones (a training run finishes its step and checkpoints) and waits for them;
+    Ctrl-C reaches them directly. A run that fails or is stopped stops the bench the same way."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise _Terminated
+
+    context = multiprocessing.get_context("spawn")
+    queue, running = list(specs), {}
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                spec = queue.pop(0)
+                child = context.Process(target=_run_in_child, args=(spec, settings, root, threads))
+                child.start()
+                running[child.sentinel] = (spec, child)
+            for sentinel in wait(list(running)):
+                spec, child = running.pop(sentinel)
+                child.join()
+                if child.exitcode != 0:
+                    raise RuntimeError(f"{spec.name} stopped (exit code {child.exitcode}); its "
+                                       "output is above; the same command resumes the bench")
+                finished(json.loads((spec.folder(root) / "summary.json").read_text()))
+    except BaseException as error:
+        for _, child in running.values():
+            if isinstance(error, (_Terminated, RuntimeError)):
+                child.terminate()  # Ctrl-C (KeyboardInterrupt) already reached the children
+        for _, child in running.values():
+            child.join()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(Exception):
+    """SIGTERM reached the bench."""
 
 
 
@@ -683,20 +730,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = load_average()
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     started = time.perf_counter()
-    _worker_init(args.threads)
+    torch.set_num_threads(args.threads)
     # Train (or read) the base policy once, before parallel workers would each train it.
     from groupwise.models import load_model
 
     load_model(settings.model)
-    summaries, made = run_bench(settings, root, args.jobs, args.threads)
-    invocations = record_invocation(root, {
-        "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
-        "started": started_at,
-        "wall_seconds": time.perf_counter() - started,
-        "runs_made": made,
-        "load_before": load_before,
-        "load_after": load_average(),
-    })
+    before = complete_runs(settings, root)
+
+    def record(note: str | None = None) -> list[dict[str, Any]]:
+        return record_invocation(root, {
+            "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+            "started": started_at,
+            "wall_seconds": time.perf_counter() - started,
+            "runs_made": complete_runs(settings, root) - before,
+            "load_before": load_before,
+            "load_after": load_average(),
+            **({"note": note} if note else {}),
+        })
+
+    try:
+        summaries = run_bench(settings, root, args.jobs, args.threads)
+    except (_Terminated, KeyboardInterrupt):
+        record("stopped before the end")
+        raise SystemExit("stopped; the runs in progress checkpointed after their step; the same "
+                         "command resumes the bench") from None
+    invocations = record()
     # Only a complete, unchanged run of the full or plateau preset replaces committed results.
     complete = preset in COMMITTED and not args.set and all(
         option is None for option in (args.levels, args.methods, args.seeds)
