@@ -91,7 +91,7 @@ def aggregate(summaries: Sequence[Mapping[str, Any]], settings: BenchSettings) -
             "table": table,
             "differences": differences(methods, n, ks),
             "curve": curves(methods),
-            **mechanism_numbers(methods, settings),
+            **mechanism_numbers(methods),
         }
     return out
 
@@ -152,7 +152,7 @@ def _ratio(numerator: Sequence[float], denominator: Sequence[float]) -> float:
 
 
 def mechanism_numbers(
-    methods: Mapping[str, Sequence[Mapping]], settings: BenchSettings
+    methods: Mapping[str, Sequence[Mapping]],
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """{"lens": {method: ...}, "amir": {method: ...}} from the per-step logs of every trained
     method. LENS (train.log_all_wrong_gradient): "all_wrong" (fraction of groups all-wrong),

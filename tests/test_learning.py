@@ -187,3 +187,25 @@ def test_differences_pair_runs_by_seed_and_report_points() -> None:
     assert d["pass@1"]["seeds"] == 2
     # pass@2 differences: seed 0 [1 - 0, 1 - 1] -> 0.5, seed 1 [1 - 1, 1 - 0] -> 0.5
     assert d["pass@2"]["mean"] == pytest.approx(50.0)
+
+
+def test_mechanism_numbers_pool_steps_by_hand() -> None:
+    # Two seeds of AMIR-GRPO + LENS, two steps each. Seed 0: half the groups all-wrong at both
+    # steps, all of them with a gradient at step 1 and none at step 2 -> 0.5 / 1.0 = 0.5.
+    # Seed 1: a quarter then none all-wrong, all with a gradient -> 0.25 / 0.25 = 1.
+    def steps(wrong: list, active: list, share: list, lam: list) -> dict:
+        return {"step": [1, 2], "group_all_wrong": wrong, "group_all_wrong_active": active,
+                "all_wrong_grad_share": share, "lambda": lam, "pairs_per_group": [2.0, 4.0]}
+
+    runs = [
+        {"seed": 0, "steps": steps([0.5, 0.5], [0.5, 0.0], [0.1, 0.0], [0.005, 0.005])},
+        {"seed": 1, "steps": steps([0.25, 0.0], [0.25, 0.0], [0.3, 0.0], [0.005, 0.05])},
+    ]
+    numbers = learning_report.mechanism_numbers({"amir_lens": runs})
+    lens, amir = numbers["lens"]["amir_lens"], numbers["amir"]["amir_lens"]
+    assert lens["active"] == [0.5, 1.0] and lens["active_mean"] == 0.75
+    assert lens["all_wrong"] == pytest.approx((0.5 + 0.125) / 2)
+    assert lens["grad_share"] == pytest.approx([0.05, 0.15])
+    assert amir["lambda_floor"] == 0.75 and amir["lambda_ceiling"] == 0.25
+    assert amir["lambda_last"] == pytest.approx((0.005 + 0.05) / 2)
+    assert amir["pairs_per_group"] == 3.0
