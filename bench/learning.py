@@ -1,52 +1,62 @@
-"""The learning testbed: RL from the tiny `arith` base policy with GRPO, AMIR-GRPO, LENS,
-AMIR-GRPO + LENS and GSPO at equal budgets, then held-out pass@k per method across seeds.
+"""The learning testbed: RL from the tiny `arith` base policy with GRPO, AMIR-GRPO (two lambda
+rules), LENS (full and its two ablations), AMIR-GRPO + LENS and GSPO at equal sample budgets,
+then held-out pass@k per method across paired seeds, and the methods' mechanisms per step.
 
 Every run starts from the same SFT base policy (`groupwise.sft`, alias `arith-base`) and uses
 configs/testbed_arith.yaml (binary 1/0 correctness reward, plain prompt, full fine-tuning, the
 same questions per step, group size, steps, learning rate and schedule); only the method options
-differ (`METHODS`). A run is (level, method, seed); after training, its policy is evaluated on
-held-out `arith` test problems of its level (n samples per problem at temperature 1.0, unbiased
-pass@k, REFERENCE.md 4). The base policy's own evaluation is the baseline row.
+differ (`METHODS`). A run is (level, method, seed). During training its policy is evaluated on
+held-out problems at `curve_points` evenly spaced checkpoints (pass@k and the preference margin
+of `groupwise analyze margin`, from samples saved with their mean log-probs); after training,
+on the level's held-out `arith` test problems with n samples per problem at temperature 1.0
+(unbiased pass@k, REFERENCE.md 4). The base policy's own evaluation is the baseline and step 0.
+Every method uses the same training seeds and the same evaluation problems and sampling seeds,
+so its difference to GRPO is paired over seeds and over problems (bench/learning_stats.py).
 
-Budget ("questions x completions x steps"): every method samples questions_per_step x
-group_size completions per step for max_steps steps. GSPO makes num_iterations=2 optimizer
-updates per rollout batch (its sequence ratio is 1 on the first, so without a second update its
-tight clip never acts and GSPO on-policy would be GRPO with a sequence-level loss): same samples,
-twice the updates.
+Budgets: every method samples questions_per_step x group_size completions per step for `steps`
+steps. The GSPO entry and its control split each rollout batch into 2 PPO mini-batches (one
+optimizer step each, the second off-policy): the same questions and completions, twice the
+optimizer steps (its sequence ratio is 1 on an on-policy update, so without a later update its
+tight clip never acts). The results file lists the three counts per method.
 
-Outputs, under --output (default runs/learning): LEVEL/METHOD/seedS/ (the trainer's run folder:
-metrics.jsonl, checkpoints, final/model; eval/ with samples and results; summary.json when the
-run is complete), LEVEL/base/ for the baseline, and the results learning.md, learning.json,
-learning.png; the full preset also writes them to bench/results/. A rerun skips complete runs and
-resumes a killed one from its last checkpoint; runs write only their own folders, so --jobs N
-runs N of them in parallel (one torch thread each by default: on a small CPU, one thread per
-process beats two processes fighting over two threads each).
+Outputs, under --output (default runs/learning, runs/learning-PRESET): LEVEL/METHOD/seedS/ (the
+trainer's run folder: metrics.jsonl, checkpoints, final/model; curve/step-N/ and eval/, each an
+evaluation folder with samples and results; summary.json when the run is complete), LEVEL/base/
+for the baseline, invocations.json (every invocation's command, start, wall time and load), and
+the results of bench/learning_report.py: learning.md, learning.json and the figures
+learning.png, learning-lens.png, learning-amir.png; a complete full preset also writes them to
+bench/results/ (the plateau preset as learning-plateau.*). Ctrl-C or SIGTERM: each training run
+finishes its step, checkpoints and the bench stops; the same command resumes it (complete runs
+are skipped, a training run continues from its checkpoint, an evaluation from its last problem).
+Runs write only their own folders, so --jobs N runs N of them in parallel (one torch thread each
+by default: on a small CPU, one thread per process beats two processes sharing two threads).
 
-    python bench/learning.py                    # full preset (about 20-25 min on 2 quiet cores)
-    python bench/learning.py --jobs 2           # the same, two runs at a time
-    python bench/learning.py --preset smoke     # a minute: checks the pipeline end to end
+    python bench/learning.py --jobs 2           # full preset (about 3.5 hours on 2 cores)
+    python bench/learning.py --quick --jobs 2   # a first look (about 15 minutes on 2 cores)
+    python bench/learning.py --preset plateau --jobs 2   # GRPO at a constant lr, 200 steps
+    python bench/learning.py --preset smoke     # a minute: every method, end to end
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import math
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -57,28 +67,67 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "testbed_arith.yaml"
 RESULTS_DIR = REPO / "bench" / "results"
 
-# Method -> overrides of configs/testbed_arith.yaml (which is GRPO). Nothing else differs.
-METHODS: dict[str, tuple[str, ...]] = {
-    "GRPO": (),
-    "AMIR-GRPO": ("algorithm.amir=true",),
-    "LENS": ("algorithm.advantage=lens",),
-    "AMIR-GRPO+LENS": ("algorithm.advantage=lens", "algorithm.amir=true"),
-    "GSPO": (
-        "algorithm.loss_level=sequence",
-        "algorithm.eps_low=3e-4",
-        "algorithm.eps_high=4e-4",
-        "algorithm.num_iterations=2",
+
+@dataclass(frozen=True)
+class Method:
+    """A method of the testbed: its label in tables and figures, its overrides of
+    configs/testbed_arith.yaml (which is GRPO), and one line on what it is."""
+
+    label: str
+    overrides: tuple[str, ...]
+    note: str
+
+
+GSPO = ("algorithm.loss_level=sequence", "algorithm.eps_low=3e-4", "algorithm.eps_high=4e-4")
+LENS = ("algorithm.advantage=lens",)
+AMIR = ("algorithm.amir=true",)
+# Method key (folder name, --methods) -> Method. Nothing else differs between runs.
+METHODS: dict[str, Method] = {
+    "grpo": Method("GRPO", (), "the config as it is"),
+    "amir": Method("AMIR-GRPO", AMIR, "lambda by the official loss-ratio rule"),
+    "amir_grad": Method(
+        "AMIR-GRPO grad-λ",
+        (*AMIR, "algorithm.lambda_measure=grad"),
+        "lambda by the gradient-norm ratio, measured every step",
+    ),
+    "lens": Method("LENS", LENS, "full"),
+    "lens_mixed": Method(
+        "LENS mixed_only", (*LENS, "algorithm.lens_mode=mixed_only"), "all-wrong groups get A = 0"
+    ),
+    "lens_negative": Method(
+        "LENS negative_only",
+        (*LENS, "algorithm.lens_mode=negative_only"),
+        "mixed groups use plain binary GRPO",
+    ),
+    "amir_lens": Method("AMIR-GRPO+LENS", (*LENS, *AMIR), "both; lambda by the loss rule"),
+    "gspo_m2": Method(
+        "GSPO M=2",
+        (*GSPO, "algorithm.minibatches=2"),
+        "sequence ratio, clip 3e-4/4e-4, 2 PPO mini-batches per rollout batch",
+    ),
+    "grpo_m2": Method(
+        "GRPO M=2",
+        ("algorithm.minibatches=2",),
+        "GRPO with GSPO's 2 mini-batches: the control for its extra optimizer steps",
     ),
 }
+REFERENCE = "grpo"
 BASE = "base"
-CURVE_KEYS = ("reward_mean", "accuracy", "group_all_wrong", "lambda")
-CURVE_TITLES = {
-    "reward_mean": "reward (binary)",
-    "accuracy": "training accuracy",
-    "group_all_wrong": "fraction of all-wrong groups",
-    "lambda": "lambda_reg (AMIR methods)",
-}
-SMOOTH = 5  # steps of the moving average in the figure
+# Runs that only control another method's comparison: scheduled after every other run.
+CONTROLS = ("grpo_m2",)
+LENS_METHODS = ("lens", "lens_mixed", "lens_negative", "amir_lens")
+AMIR_METHODS = ("amir", "amir_grad", "amir_lens")
+# Per-step metrics kept from each run's metrics.jsonl.
+STEP_KEYS = (
+    "accuracy",
+    "group_all_wrong",
+    "group_all_correct",
+    "group_all_wrong_active",
+    "all_wrong_grad_share",
+    "grad_norm",
+    "lambda",
+    "pairs_per_group",
+)
 
 
 def _quick_base(*, dtype: torch.dtype | None, seed: int) -> tuple[Any, Any]:
@@ -94,22 +143,29 @@ register_model_alias("arith-base-quick", _quick_base)
 class BenchSettings:
     """What defines the runs of one bench (saved as OUTPUT/settings.json).
 
-    levels: {level: methods run at that level}. seeds: training seeds (each run's train.seed;
-    the base policy is the same for all). steps, questions_per_step, group_size, lr: the equal
-    budget of every method. eval_problems, eval_n, eval_ks: held-out test problems per level,
-    samples per problem, and the k of pass@k. max_new_tokens: for training and evaluation.
-    model: the base policy alias.
+    levels: {level: method keys run at that level}. seeds: training seeds (each run's
+    train.seed; the base policy is the same for all). steps ({level: steps}), questions_per_step,
+    group_size, lr, schedule: the equal budget of every method at a level. eval_problems,
+    eval_n, eval_ks: the final held-out evaluation (the first eval_problems test problems of the
+    level, eval_n samples each, pass@k for each k). curve_points, curve_problems, curve_n:
+    held-out evaluations during training, at steps S/curve_points, 2 S/curve_points, ..., S (and
+    the base at 0), on the first curve_problems problems with curve_n samples. max_new_tokens:
+    for training and evaluation. model: the base policy alias.
     """
 
     levels: dict[str, tuple[str, ...]]
     seeds: tuple[int, ...]
-    steps: int
+    steps: dict[str, int]
     questions_per_step: int
     group_size: int
     lr: float
+    schedule: str
     eval_problems: int
     eval_n: int
     eval_ks: tuple[int, ...]
+    curve_points: int
+    curve_problems: int
+    curve_n: int
     max_new_tokens: int
     model: str
 
@@ -120,12 +176,31 @@ class BenchSettings:
         "questions_per_step",
         "group_size",
         "lr",
+        "schedule",
         "eval_problems",
         "eval_n",
         "eval_ks",
+        "curve_points",
+        "curve_problems",
+        "curve_n",
         "max_new_tokens",
         "model",
     )
+
+    def __post_init__(self) -> None:
+        for level in self.levels:
+            steps = self.steps.get(level)
+            if not isinstance(steps, int) or steps < 1 or steps % self.curve_points:
+                raise ValueError(
+                    f"steps of level {level!r} ({steps}) must be a positive multiple of "
+                    f"curve_points ({self.curve_points})"
+                )
+
+    def curve_steps(self, level: str) -> list[int]:
+        """The steps of the held-out evaluations during training at `level`, the base's 0
+        first."""
+        every = self.steps[level] // self.curve_points
+        return [every * i for i in range(self.curve_points + 1)]
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -138,35 +213,86 @@ class BenchSettings:
 PRESETS: dict[str, BenchSettings] = {
     "full": BenchSettings(
         levels={
-            "mid": tuple(METHODS),
-            # Most groups start all-wrong here: the regime LENS is for.
-            "hard": ("GRPO", "AMIR-GRPO", "LENS"),
+            # Sized to about 4 hours on 2 shared cores: AMIR-GRPO on long, AMIR-GRPO + LENS on
+            # mid and the LENS ablations on mid did not fit.
+            "mid": ("grpo", "amir", "amir_grad", "lens", "gspo_m2", "grpo_m2"),
+            # Half the groups all-wrong at the start, more as GRPO sharpens the policy, while
+            # GRPO still lifts pass@1: LENS's regime.
+            "long": ("grpo", "lens", "lens_mixed", "lens_negative", "amir_lens"),
         },
-        seeds=(0, 1, 2),
-        steps=30,
+        seeds=(0, 1, 2, 3, 4),
+        steps={"mid": 160, "long": 100},
         questions_per_step=16,
         group_size=8,
         lr=1e-4,
+        schedule="cosine",
+        eval_problems=200,
+        eval_n=16,
+        eval_ks=(1, 4, 8, 16),
+        curve_points=4,
+        curve_problems=150,
+        curve_n=8,
+        max_new_tokens=96,
+        model="arith-base",
+    ),
+    "quick": BenchSettings(
+        levels={"mid": ("grpo", "amir", "lens", "gspo_m2")},
+        seeds=(0, 1),
+        steps={"mid": 60},
+        questions_per_step=16,
+        group_size=8,
+        lr=1e-4,
+        schedule="cosine",
+        eval_problems=100,
+        eval_n=16,
+        eval_ks=(1, 4, 8, 16),
+        curve_points=2,
+        curve_problems=100,
+        curve_n=8,
+        max_new_tokens=96,
+        model="arith-base",
+    ),
+    # GRPO at a constant learning rate (after warm-up), evaluated every 25 steps: where its
+    # held-out pass@1 stops rising, which sized the full preset.
+    "plateau": BenchSettings(
+        levels={"mid": ("grpo",), "long": ("grpo",)},
+        seeds=(0,),
+        steps={"mid": 200, "long": 200},
+        questions_per_step=16,
+        group_size=8,
+        lr=1e-4,
+        schedule="constant",
         eval_problems=150,
         eval_n=8,
         eval_ks=(1, 4, 8),
+        curve_points=8,
+        curve_problems=150,
+        curve_n=8,
         max_new_tokens=96,
         model="arith-base",
     ),
     "smoke": BenchSettings(
-        levels={"easy": ("GRPO", "LENS")},
-        seeds=(0,),
-        steps=3,
+        levels={"easy": tuple(METHODS)},
+        seeds=(0, 1),
+        steps={"easy": 4},
         questions_per_step=4,
         group_size=4,
         lr=1e-4,
-        eval_problems=16,
+        schedule="cosine",
+        eval_problems=12,
         eval_n=4,
         eval_ks=(1, 4),
+        curve_points=2,
+        curve_problems=8,
+        curve_n=2,
         max_new_tokens=64,
         model="arith-base-quick",
     ),
 }
+
+
+# Presets whose complete runs write bench/results/NAME.md (and .json, figures).
+COMMITTED = {"full": "learning", "plateau": "learning-plateau"}
 
 
 @dataclass(frozen=True)
@@ -187,18 +313,26 @@ class RunSpec:
 
 
 def run_specs(settings: BenchSettings) -> list[RunSpec]:
-    """The baseline of every level, then every (level, method, seed) run, seeds innermost."""
+    """The baseline of every level, then every (seed, level, method) run, seeds outermost (a
+    bench stopped early holds every method for its first seeds, so its differences stay
+    paired), the CONTROLS' runs last."""
     specs = [RunSpec(level, BASE, 0) for level in settings.levels]
-    for level, methods in settings.levels.items():
-        for method in methods:
-            if method not in METHODS:
-                raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
-            specs += [RunSpec(level, method, seed) for seed in settings.seeds]
+    for methods in settings.levels.values():
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown method(s) {unknown}; valid: {', '.join(METHODS)}")
+    for controls in (False, True):
+        for seed in settings.seeds:
+            for level, methods in settings.levels.items():
+                specs += [
+                    RunSpec(level, m, seed) for m in methods if (m in CONTROLS) == controls
+                ]
     return specs
 
 
 def train_overrides(spec: RunSpec, settings: BenchSettings, run_dir: Path) -> list[str]:
-    """Overrides of configs/testbed_arith.yaml for one training run."""
+    """Overrides of configs/testbed_arith.yaml for one training run: a checkpoint at every
+    curve step (all kept, for the evaluations during training) and the LENS diagnostic on."""
     return [
         f"model.name={settings.model}",
         f"data.options.level={spec.level}",
@@ -208,16 +342,19 @@ def train_overrides(spec: RunSpec, settings: BenchSettings, run_dir: Path) -> li
         f"rollout.batch_size={settings.group_size * settings.questions_per_step}",
         f"train.micro_batch_size={settings.group_size * settings.questions_per_step}",
         f"optim.lr={settings.lr}",
-        f"train.max_steps={settings.steps}",
-        f"train.save_every={max(1, settings.steps // 2)}",
+        f"optim.schedule={settings.schedule}",
+        f"train.max_steps={settings.steps[spec.level]}",
+        f"train.save_every={settings.steps[spec.level] // settings.curve_points}",
+        "train.keep_checkpoints=0",
+        "train.log_all_wrong_gradient=true",
         f"train.seed={spec.seed}",
         f"train.output_dir={run_dir}",
-        *METHODS[spec.method],
+        *METHODS[spec.method].overrides,
     ]
 
 
 # ---------------------------------------------------------------------------------------------
-# One run: train (or resume), evaluate, summarise
+# One run: train (or resume), evaluate during and after training, summarise
 
 
 def evaluate_policy(
@@ -225,12 +362,19 @@ def evaluate_policy(
     tokenizer: Any,
     model_name: str,
     level: str,
-    settings: BenchSettings,
+    problems: int,
+    n: int,
+    ks: Sequence[int],
+    max_new_tokens: int,
     output_dir: Path,
 ) -> dict[str, Any]:
-    """pass@k of `model` on the first settings.eval_problems `arith` test problems of `level`
-    (groupwise.evaluation.evaluate: resumable samples in output_dir); the results entry of the
-    level (pass@k, pass@k_ci, counts)."""
+    """Evaluate `model` on the first `problems` `arith` test problems of `level`, n samples each
+    at temperature 1.0 (groupwise.evaluation.evaluate: resumable, samples saved with their mean
+    log-probs). Returns {"results": the level's pass@k entry, "counts": correct samples per
+    problem in problem order, "margin": mean preference margin over the problems with correct
+    and incorrect samples (groupwise analyze margin) or None, "margin_problems": their count}."""
+    from groupwise.analysis.preference_margin import preference_margins
+    from groupwise.analysis.runs import load_run
     from groupwise.data import load_benchmark, render_prompt
     from groupwise.evaluation import EvalConfig, evaluate
     from groupwise.rollout import TransformersGenerator
@@ -240,37 +384,46 @@ def evaluate_policy(
     config = EvalConfig(
         model=model_name,
         benchmarks=(bench,),
-        n=settings.eval_n,
-        ks=settings.eval_ks,
+        n=n,
+        ks=tuple(ks),
         temperature=1.0,
         top_p=1.0,
-        max_new_tokens=settings.max_new_tokens,
+        max_new_tokens=max_new_tokens,
         prompt="plain",
         batch_size=256,
         seed=0,
     )
-    problems = load_benchmark("arith", split="test", level=level, size=settings.eval_problems)
-    generator = TransformersGenerator(model, tokenizer, batch_size=config.batch_size)
-
+    items = load_benchmark("arith", split="test", level=level, size=problems)
     results = evaluate(
         config,
-        {bench: problems},
-        generator,
+        {bench: items},
+        TransformersGenerator(model, tokenizer, batch_size=config.batch_size),
         output_dir,
         prompt_fn=lambda p: render_prompt(p, "plain", tokenizer),
-        # Saved per sample so `groupwise analyze margin/perplexity` can read these runs.
         logp_fn=partial(rollout_mean_logp, model, batch_size=64),
         progress=False,
     )
-    return results[bench]
+    groups = load_run("run", output_dir).by_problem()
+    margins = preference_margins(groups)
+    return {
+        "results": results[bench],
+        "counts": [sum(s.correct for s in groups[(bench, p.id)]) for p in items],
+        "margin": statistics.fmean(margins.values()) if margins else None,
+        "margin_problems": len(margins),
+    }
 
 
-def read_curves(metrics_path: Path) -> dict[str, list[float]]:
-    """{key: [value per step]} for CURVE_KEYS from a run's metrics.jsonl."""
+def read_steps(metrics_path: Path) -> dict[str, list[float]]:
+    """{key: [value per step]} for STEP_KEYS from a run's metrics.jsonl (NaN where absent)."""
     from groupwise.records import iter_jsonl
 
     records = [row for _, row in iter_jsonl(metrics_path)]
-    return {key: [float(r.get(key, math.nan)) for r in records] for key in ("step", *CURVE_KEYS)}
+    return {key: [float(r.get(key, math.nan)) for r in records] for key in ("step", *STEP_KEYS)}
+
+
+def _curve_point(step: int, evaluation: Mapping[str, Any], ks: Sequence[int]) -> dict[str, Any]:
+    point = {"step": step, "margin": evaluation["margin"]}
+    return point | {f"pass@{k}": evaluation["results"][f"pass@{k}"] for k in ks}
 
 
 def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool = False) -> dict:
@@ -283,35 +436,61 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
     if summary_path.is_file():
         return json.loads(summary_path.read_text())
     from groupwise.models import load_model
+    from groupwise.train.checkpoint import load_weights_into
     from groupwise.train.config import load_config
     from groupwise.train.trainer import Trainer
 
+    s = settings
+    curve_eval = partial(
+        evaluate_policy,
+        level=spec.level,
+        problems=s.curve_problems,
+        n=s.curve_n,
+        ks=[k for k in s.eval_ks if k <= s.curve_n],
+        max_new_tokens=s.max_new_tokens,
+    )
     started = time.perf_counter()
-    curves: dict[str, list[float]] = {}
+    steps: dict[str, list[float]] = {}
+    curve = []
     if spec.method == BASE:
-        model_name = settings.model
+        model_name = s.model
         model, tokenizer = load_model(model_name)
+        trained = time.perf_counter()
+        first = curve_eval(model, tokenizer, model_name, output_dir=folder / "curve" / "step-0")
+        curve.append(_curve_point(0, first, curve_eval.keywords["ks"]))
     else:
         final = folder / "final" / "model"
-        if (final / "config.json").is_file():
-            model, tokenizer = load_model(str(final))
-        else:
-            config = load_config(CONFIG, train_overrides(spec, settings, folder))
+        if not (final / "config.json").is_file():
+            config = load_config(CONFIG, train_overrides(spec, s, folder))
             config.train.progress = progress
             trainer = Trainer(config, resume=True)
             trainer.train()
-            model, tokenizer = trainer.model, trainer.tokenizer
+            if trainer.stop_signal is not None:
+                raise SystemExit(f"{spec.name}: stopped by signal {trainer.stop_signal} after a "
+                                 "checkpoint; rerun the same command to resume")
+        trained = time.perf_counter()
         model_name = str(final.resolve())
-        curves = read_curves(folder / "metrics.jsonl")
-    trained = time.perf_counter()
-    model.eval()
-    results = evaluate_policy(model, tokenizer, model_name, spec.level, settings, folder / "eval")
+        model, tokenizer = load_model(s.model)
+        for step in s.curve_steps(spec.level)[1:]:
+            checkpoint = folder / "checkpoints" / f"step-{step}"
+            load_weights_into(model, checkpoint)
+            model.eval()
+            out = folder / "curve" / checkpoint.name
+            point = curve_eval(model, tokenizer, f"{model_name}@{step}", output_dir=out)
+            curve.append(_curve_point(step, point, curve_eval.keywords["ks"]))
+        steps = read_steps(folder / "metrics.jsonl")
+    # The last checkpoint holds the final weights (the trainer saves at max_steps).
+    final_eval = evaluate_policy(
+        model, tokenizer, model_name, spec.level, s.eval_problems, s.eval_n, s.eval_ks,
+        s.max_new_tokens, folder / "eval",
+    )
     summary = {
         "level": spec.level,
         "method": spec.method,
         "seed": spec.seed,
-        "results": results,
-        "curves": curves,
+        **final_eval,
+        "curve": curve,
+        "steps": steps,
         "seconds_train": trained - started,
         "seconds_eval": time.perf_counter() - trained,
     }
@@ -321,210 +500,6 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
     return summary
 
 
-def _worker_init(threads: int) -> None:
-    torch.set_num_threads(threads)
-
-
-# ---------------------------------------------------------------------------------------------
-# Aggregation, table, figure
-
-
-def mean_sd(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
-    mean = statistics.fmean(values)
-    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def aggregate(summaries: Sequence[Mapping[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
-    """{level: {method: row}} from run summaries. A row: "seeds", per k "pass@k" (values per
-    seed, in percent), "pass@k_mean", "pass@k_sd"; for trained methods also "train_accuracy"
-    and "all_wrong" as [mean of the first 5 steps, mean of the last 5 steps] averaged over seeds,
-    and "minutes" (mean wall minutes per run); for the base "pass@k_ci" (95 % bootstrap over
-    problems, percent)."""
-    table: dict[str, dict[str, Any]] = {}
-    for s in sorted(summaries, key=lambda s: (s["level"], s["method"], s["seed"])):
-        row = table.setdefault(s["level"], {}).setdefault(
-            s["method"], {"seeds": [], "minutes": [], "train_accuracy": [], "all_wrong": []}
-        )
-        row["seeds"].append(s["seed"])
-        row["minutes"].append((s["seconds_train"] + s["seconds_eval"]) / 60)
-        for k in ks:
-            row.setdefault(f"pass@{k}", []).append(100 * s["results"][f"pass@{k}"])
-            if s["method"] == BASE:
-                row[f"pass@{k}_ci"] = [100 * x for x in s["results"][f"pass@{k}_ci"]]
-        if s["curves"]:
-            acc, wrong = s["curves"]["accuracy"], s["curves"]["group_all_wrong"]
-            row["train_accuracy"].append([statistics.fmean(acc[:5]), statistics.fmean(acc[-5:])])
-            row["all_wrong"].append([statistics.fmean(wrong[:5]), statistics.fmean(wrong[-5:])])
-    for methods in table.values():
-        for row in methods.values():
-            for k in ks:
-                row[f"pass@{k}_mean"], row[f"pass@{k}_sd"] = mean_sd(row[f"pass@{k}"])
-            for key in ("train_accuracy", "all_wrong"):
-                pairs = row[key]
-                row[key] = [statistics.fmean(p[i] for p in pairs) for i in (0, 1)] if pairs else []
-            row["minutes"] = statistics.fmean(row["minutes"])
-    return table
-
-
-def _method_order(methods: Mapping[str, Any]) -> list[str]:
-    return [m for m in (BASE, *METHODS) if m in methods]
-
-
-def markdown_tables(table: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> str:
-    """One Markdown table per level: pass@k mean ± sd over seeds [min, max], the difference of
-    pass@1 to GRPO with its standard error, training accuracy and all-wrong groups at the start
-    and end of training, wall minutes per run."""
-    out = []
-    for level, methods in table.items():
-        header = [
-            "method",
-            "seeds",
-            *(f"pass@{k} (%)" for k in ks),
-            "Δ pass@1 vs GRPO (pts ± se)",
-            "train acc first→last 5 steps",
-            "all-wrong groups first→last",
-            "min/run",
-        ]
-        lines = [
-            f"### level `{level}`",
-            "",
-            "| " + " | ".join(header) + " |",
-            "|" + "---|" * len(header),
-        ]
-        grpo = methods.get("GRPO")
-        for method in _method_order(methods):
-            row = methods[method]
-            if method == BASE:
-                cells = [
-                    f"{row[f'pass@{k}_mean']:.1f} [{row[f'pass@{k}_ci'][0]:.1f}, "
-                    f"{row[f'pass@{k}_ci'][1]:.1f}]"
-                    for k in ks
-                ]
-                lines.append(
-                    "| base policy (95 % CI over problems) | – | "
-                    + " | ".join(cells)
-                    + " | – | – | – | "
-                    + f"{row['minutes']:.1f} |"
-                )
-                continue
-            # One seed has no spread: show the value alone rather than a "± 0.0" it never had.
-            cells = [
-                f"{row[f'pass@{k}_mean']:.1f} ± {row[f'pass@{k}_sd']:.1f} "
-                f"[{min(row[f'pass@{k}']):.1f}, {max(row[f'pass@{k}']):.1f}]"
-                if len(row["seeds"]) > 1
-                else f"{row[f'pass@{k}_mean']:.1f}"
-                for k in ks
-            ]
-            delta = "–"
-            if grpo is not None and method != "GRPO":
-                diff = row["pass@1_mean"] - grpo["pass@1_mean"]
-                se = math.sqrt(
-                    row["pass@1_sd"] ** 2 / len(row["seeds"])
-                    + grpo["pass@1_sd"] ** 2 / len(grpo["seeds"])
-                )
-                single = len(row["seeds"]) == 1 or len(grpo["seeds"]) == 1
-                delta = f"{diff:+.1f}" if single else f"{diff:+.1f} ± {se:.1f}"
-            acc, wrong = row["train_accuracy"], row["all_wrong"]
-            lines.append(
-                f"| {method} | {len(row['seeds'])} | "
-                + " | ".join(cells)
-                + f" | {delta} | {100 * acc[0]:.0f}→{100 * acc[1]:.0f} % | "
-                + f"{100 * wrong[0]:.0f}→{100 * wrong[1]:.0f} % | {row['minutes']:.1f} |"
-            )
-        out.append("\n".join(lines))
-    return "\n\n".join(out)
-
-
-def reading(table: Mapping[str, Mapping[str, Any]]) -> str:
-    """Plain sentences computed from the table: gain over the base per method, and whether the
-    differences between methods exceed the spread across seeds (the note says what cannot be
-    concluded from a few seeds)."""
-    lines = []
-    for level, methods in table.items():
-        trained = [m for m in _method_order(methods) if m != BASE]
-        if BASE not in methods or not trained:
-            continue
-        base = methods[BASE]["pass@1_mean"]
-        gains = {m: methods[m]["pass@1_mean"] - base for m in trained}
-        lines.append(
-            f"- `{level}`: pass@1 of the base policy {base:.1f} %; after RL "
-            + ", ".join(f"{m} {g:+.1f}" for m, g in gains.items())
-            + " points (mean over seeds)."
-        )
-        means = [methods[m]["pass@1_mean"] for m in trained]
-        sds = [methods[m]["pass@1_sd"] for m in trained if len(methods[m]["seeds"]) > 1]
-        if sds:
-            gap = max(means) - min(means)
-            spread = max(sds)
-            verdict = "larger than" if gap > 2 * spread else "within about twice"
-            lines.append(
-                f"  Between methods the pass@1 means differ by at most {gap:.1f} points; the "
-                f"largest seed standard deviation is {spread:.1f} points, so the gap is "
-                f"{verdict} the seed spread."
-            )
-    return "\n".join(lines)
-
-
-def _moving_average(values: Sequence[float], window: int) -> np.ndarray:
-    values = np.asarray(values, dtype=float)
-    if len(values) < window:
-        return values
-    kernel = np.ones(window) / window
-    head = np.cumsum(values[: window - 1]) / np.arange(1, window)
-    return np.concatenate([head, np.convolve(values, kernel, mode="valid")])
-
-
-def plot_curves(summaries: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """One PNG: a row per level, a column per CURVE_KEYS metric; per method the mean over seeds
-    of the SMOOTH-step moving average, shaded between the lowest and highest seed."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
-
-    levels = list(dict.fromkeys(s["level"] for s in summaries if s["curves"]))
-    keys = [k for k in CURVE_KEYS if k != "lambda" or any("AMIR" in s["method"] for s in summaries)]
-    colors = dict(zip(METHODS, series_colors(len(METHODS)), strict=True))
-    fig, axes = new_figure(
-        width=4.0 * len(keys),
-        height=3.2 * max(1, len(levels)),
-        ncols=len(keys),
-        nrows=max(1, len(levels)),
-    )
-    for i, level in enumerate(levels):
-        for method in METHODS:
-            runs = [s for s in summaries if s["level"] == level and s["method"] == method]
-            if not runs:
-                continue
-            for j, key in enumerate(keys):
-                if key == "lambda" and "AMIR" not in method:
-                    continue
-                length = min(len(s["curves"][key]) for s in runs)
-                smooth = np.stack(
-                    [_moving_average(s["curves"][key][:length], SMOOTH) for s in runs]
-                )
-                steps = np.arange(1, length + 1)
-                ax = axes[i, j]
-                ax.plot(
-                    steps,
-                    smooth.mean(0),
-                    color=colors[method],
-                    label=f"{method} ({len(runs)} seeds)",
-                )
-                if len(runs) > 1:
-                    ax.fill_between(
-                        steps,
-                        smooth.min(0),
-                        smooth.max(0),
-                        color=colors[method],
-                        alpha=0.15,
-                        linewidth=0,
-                    )
-        for j, key in enumerate(keys):
-            ax = axes[i, j]
-            ax.set_title(f"{level}: {CURVE_TITLES[key]}", fontsize=10)
-            ax.set_xlabel("step")
-            ax.grid(alpha=0.3)
-        axes[i, 0].legend(fontsize=7)
-    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -565,6 +540,11 @@ def check_output(settings: BenchSettings, root: Path) -> None:
     path.write_text(json.dumps(mine, indent=2) + "\n")
 
 
+def complete_runs(settings: BenchSettings, root: Path) -> int:
+    """How many runs of `settings` under `root` are complete (have a summary.json)."""
+    return sum((s.folder(root) / "summary.json").is_file() for s in run_specs(settings))
+
+
 def run_bench(settings: BenchSettings, root: Path, jobs: int, threads: int) -> list[dict]:
     """Every run of `settings` not yet complete under `root`, `jobs` at a time, with a bar
     over runs showing the last one's pass@1; returns all summaries."""
@@ -588,98 +568,74 @@ def run_bench(settings: BenchSettings, root: Path, jobs: int, threads: int) -> l
             bar.set_description(f"runs ({spec.name})")
             finished(run_one(spec, settings, root, progress=True))
     else:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_worker_init, initargs=(threads,)
-        ) as pool:
-            futures = [pool.submit(run_one, spec, settings, root) for spec in todo]
-            for future in as_completed(futures):
-                finished(future.result())
+        run_in_processes(todo, settings, root, jobs, threads, finished)
     bar.close()
     return summaries
 
 
-def write_results(
+def _run_in_child(spec: RunSpec, settings: BenchSettings, root: Path, threads: int) -> None:
+    torch.set_num_threads(threads)
+    run_one(spec, settings, root)
+
+
+def run_in_processes(
+    specs: Sequence[RunSpec],
     settings: BenchSettings,
-    summaries: Sequence[Mapping[str, Any]],
-    folders: Sequence[Path],
-    *,
-    wall_seconds: float,
-    load_before: str,
-    name: str = "learning",
+    root: Path,
+    jobs: int,
+    threads: int,
+    finished: Callable[[dict], None],
 ) -> None:
-    """learning.md, learning.json and learning.png into each of `folders`."""
-    table = aggregate(summaries, settings.eval_ks)
-    command = " ".join(shlex.quote(a) for a in ["python", *sys.argv])
-    methods_text = "\n".join(
-        f"- {m}: " + (", ".join(f"`{o}`" for o in o_list) if o_list else "the config as it is")
-        for m, o_list in METHODS.items()
-    )
-    budget = (
-        f"{settings.questions_per_step} questions x {settings.group_size} completions x "
-        f"{settings.steps} steps = "
-        f"{settings.questions_per_step * settings.group_size * settings.steps} completions "
-        "per run"
-    )
-    text = f"""# Learning testbed: GRPO, AMIR-GRPO, LENS, AMIR-GRPO + LENS, GSPO on `arith`
+    """Run each spec in its own process, `jobs` at a time, calling `finished` with each
+    summary. One process per run, so a stop is clean: on SIGTERM this process sends SIGTERM to
+    the running ones (a training run finishes its step and checkpoints) and waits for them;
+    Ctrl-C reaches them directly. A run that fails or is stopped stops the bench the same way."""
+    import multiprocessing
+    from multiprocessing.connection import wait
 
-- command: `{command}`
-- machine: {machine()}
-- wall time: {wall_seconds / 60:.1f} min for the runs this invocation made (runs already
-  complete were read back); load average (1/5/15 min) before: {load_before}; after:
-  {load_average()}
-- base policy: `{settings.model}` (groupwise.sft); every run fine-tunes all its weights from it
-- budget, the same for every method: {budget}; lr {settings.lr}, cosine schedule with 10 %
-  warm-up, binary 1/0 correctness reward, temperature 1.0, configs/testbed_arith.yaml
-- held-out evaluation: the first {settings.eval_problems} `arith` test problems of the level
-  (no question shared with train), n = {settings.eval_n} samples per problem at temperature
-  1.0, unbiased pass@k (REFERENCE.md 4); seeds {list(settings.seeds)} are training seeds
-  (sampling and question order), the evaluation seed is fixed
+    def terminate(signum: int, frame: Any) -> None:
+        raise _Terminated
 
-Methods (overrides of configs/testbed_arith.yaml):
-{methods_text}
+    context = multiprocessing.get_context("spawn")
+    queue, running = list(specs), {}
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                spec = queue.pop(0)
+                child = context.Process(target=_run_in_child, args=(spec, settings, root, threads))
+                child.start()
+                running[child.sentinel] = (spec, child)
+            for sentinel in wait(list(running)):
+                spec, child = running.pop(sentinel)
+                child.join()
+                if child.exitcode != 0:
+                    raise RuntimeError(f"{spec.name} stopped (exit code {child.exitcode}); its "
+                                       "output is above; the same command resumes the bench")
+                finished(json.loads((spec.folder(root) / "summary.json").read_text()))
+    except BaseException as error:
+        for _, child in running.values():
+            if isinstance(error, (_Terminated, RuntimeError)):
+                child.terminate()  # Ctrl-C (KeyboardInterrupt) already reached the children
+        for _, child in running.values():
+            child.join()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
-AMIR-GRPO uses margin 0.5 (binary rewards: every correct/wrong pair), beta_dpo 0.5, the
-official loss-ratio rule for lambda. GSPO makes 2 updates per rollout batch (same samples,
-twice the optimizer steps); with 1 update its sequence ratio would stay 1 and its clip idle.
 
-## pass@k on held-out problems
+class _Terminated(Exception):
+    """SIGTERM reached the bench."""
 
-pass@k: mean ± standard deviation over seeds [lowest, highest seed]. Δ pass@1 vs GRPO: the
-difference of the seed means and its standard error sqrt(sd1²/n1 + sd2²/n2). The base row's
-interval is a 95 % bootstrap over problems: it is the evaluation noise of one policy.
 
-{markdown_tables(table, settings.eval_ks)}
 
-## Learning curves
-
-![learning curves]({name}.png)
-
-Per method the mean over seeds of a {SMOOTH}-step moving average, shaded between the lowest and
-highest seed.
-
-## What the numbers say (computed)
-
-{reading(table)}
-"""
-    payload = {
-        "settings": settings.to_dict(),
-        "command": command,
-        "wall_seconds": wall_seconds,
-        "load_average_before": load_before,
-        "load_average_after": load_average(),
-        "table": table,
-        "runs": list(summaries),
-    }
-    for folder in folders:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.md").write_text(text)
-        (folder / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
-        plot_curves(summaries, folder / f"{name}.png")
-    print(text)
-    print("written: " + ", ".join(str(f / f"{name}.md") for f in folders))
+def record_invocation(root: Path, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Append one invocation's record to ROOT/invocations.json; returns all records so far."""
+    path = root / "invocations.json"
+    records = json.loads(path.read_text()) if path.is_file() else []
+    records.append(dict(record))
+    path.write_text(json.dumps(records, indent=1) + "\n")
+    return records
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -705,9 +661,29 @@ def select(
     return dataclasses.replace(settings, levels={k: v for k, v in chosen.items() if v})
 
 
+def with_settings(settings: BenchSettings, assignments: Sequence[str]) -> BenchSettings:
+    """`settings` with KEY=VALUE assignments of its RUN_KEYS applied (values read as YAML)."""
+    import yaml
+
+    changes: dict[str, Any] = {}
+    for assignment in assignments:
+        key, sep, raw = assignment.partition("=")
+        if not sep or key not in BenchSettings.RUN_KEYS:
+            raise ValueError(
+                f"--set {assignment!r}: expected KEY=VALUE with KEY one of "
+                f"{', '.join(BenchSettings.RUN_KEYS)}"
+            )
+        value = yaml.safe_load(raw)
+        changes[key] = tuple(value) if key == "eval_ks" else value
+    if "lr" in changes:
+        changes["lr"] = float(changes["lr"])
+    return dataclasses.replace(settings, **changes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser.add_argument("--quick", action="store_true", help="the quick preset (--preset quick)")
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1)")
     parser.add_argument(
         "--levels",
@@ -721,6 +697,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help=f"comma-separated methods to run (default: all): {', '.join(METHODS)}",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one setting of the preset (repeatable), e.g. --set lr=3e-4 --set steps=150",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument(
@@ -732,37 +715,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.threads < 1:
         parser.error("--jobs and --threads must be >= 1")
-    settings = PRESETS[args.preset]
+    preset = "quick" if args.quick else args.preset
+    settings = PRESETS[preset]
     if args.seeds is not None:
         settings = dataclasses.replace(settings, seeds=tuple(range(args.seeds)))
     try:
-        settings = select(settings, args.levels, args.methods)
+        settings = select(with_settings(settings, args.set), args.levels, args.methods)
     except ValueError as err:
         parser.error(str(err))
     root = args.output or REPO / "runs" / (
-        "learning" if args.preset == "full" else f"learning-{args.preset}"
+        "learning" if preset == "full" else f"learning-{preset}"
     )
     check_output(settings, root)
     load_before = load_average()
+    started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     started = time.perf_counter()
-    _worker_init(args.threads)
+    torch.set_num_threads(args.threads)
     # Train (or read) the base policy once, before parallel workers would each train it.
     from groupwise.models import load_model
 
     load_model(settings.model)
-    summaries = run_bench(settings, root, args.jobs, args.threads)
-    # Only a complete run of the full preset replaces the committed results.
-    complete = args.preset == "full" and all(
+    before = complete_runs(settings, root)
+
+    def record(note: str | None = None) -> list[dict[str, Any]]:
+        return record_invocation(root, {
+            "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+            "started": started_at,
+            "wall_seconds": time.perf_counter() - started,
+            "runs_made": complete_runs(settings, root) - before,
+            "load_before": load_before,
+            "load_after": load_average(),
+            **({"note": note} if note else {}),
+        })
+
+    try:
+        summaries = run_bench(settings, root, args.jobs, args.threads)
+    except (_Terminated, KeyboardInterrupt):
+        record("stopped before the end")
+        raise SystemExit("stopped; the runs in progress checkpointed after their step; the same "
+                         "command resumes the bench") from None
+    invocations = record()
+    # Only a complete, unchanged run of the full or plateau preset replaces committed results.
+    complete = preset in COMMITTED and not args.set and all(
         option is None for option in (args.levels, args.methods, args.seeds)
     )
     folders = [root] + ([RESULTS_DIR] if complete else [])
-    write_results(
-        settings,
-        summaries,
-        folders,
-        wall_seconds=time.perf_counter() - started,
-        load_before=load_before,
-    )
+    name = COMMITTED.get(preset, "learning")
+    from learning_report import write_results
+
+    text = write_results(settings, summaries, folders, invocations=invocations, name=name)
+    print(text)
+    print("written: " + ", ".join(str(f / f"{name}.md") for f in folders))
     return 0
 
 

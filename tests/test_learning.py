@@ -1,5 +1,7 @@
 """The trainer learns: GRPO on the easy `arith` level raises the held-out accuracy of the tiny SFT
 base policy (groupwise.sft) by a clear margin, with fixed seeds, on a CPU in under 2 minutes.
+And the learning testbed's statistics (bench/learning_stats.py, bench/learning_report.py) give
+the hand-computed intervals on tiny tables.
 
 Accuracy is pass@1 at temperature 1.0 (the mean correctness of SAMPLES_PER_PROBLEM samples) on
 the first HELD_OUT `arith` test problems of the easy level, which share no question with the
@@ -9,9 +11,12 @@ the same sampling seed.
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,6 +30,9 @@ from groupwise.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "testbed_arith.yaml"
+sys.path.insert(0, str(REPO / "bench"))
+import learning_report  # noqa: E402  (bench/learning_report.py)
+import learning_stats  # noqa: E402  (bench/learning_stats.py)
 
 # The base policy, spelled out so that the test does not move when presets are retuned: the
 # quick preset's model (2 layers, hidden 64) trained longer than the preset, until its samples
@@ -109,3 +117,95 @@ def test_grpo_on_easy_raises_held_out_accuracy(
     # train.seeds 1, 2, 3 gave +5.1, +4.6, +4.8. Re-sampling the evaluation with other seeds
     # moves the accuracy of one policy by about 0.5 points (sd), so +3 is a clear margin.
     assert after - before >= MARGIN, (before, after)
+
+
+# ---------------------------------------------------------------------------------------------
+# The testbed's statistics, by hand
+
+
+@pytest.mark.parametrize(
+    ("df", "table"), [(1, 12.7062047), (2, 4.3026527), (4, 2.7764451), (9, 2.2621572)]
+)
+def test_student_t_quantile_matches_the_tables(df: int, table: float) -> None:
+    assert learning_stats.student_t_quantile(0.975, df) == pytest.approx(table, abs=1e-6)
+    assert learning_stats.student_t_cdf(table, df) == pytest.approx(0.975, abs=1e-7)
+    assert learning_stats.student_t_cdf(-table, df) == pytest.approx(0.025, abs=1e-7)
+
+
+def test_paired_seed_interval_by_hand() -> None:
+    # d = 1, 2, 3: mean 2, sd 1, half-width t(0.975, 2) / sqrt(3) = 4.3026527 / 1.7320508
+    mean, low, high = learning_stats.paired_seed_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert (low, high) == pytest.approx((2 - 2.4841377, 2 + 2.4841377), abs=1e-6)
+    assert learning_stats.paired_seed_interval([0.5, 0.5]) == (0.5, 0.5, 0.5)
+    with pytest.raises(ValueError, match="at least 2"):
+        learning_stats.paired_seed_interval([1.0])
+
+
+def test_problem_bootstrap_interval_by_hand() -> None:
+    # Two problems with differences 0 and 1: a resampled mean is 0, 0.5 or 1 with probability
+    # 1/4, 1/2, 1/4, so the 2.5 % and 97.5 % quantiles are 0 and 1.
+    assert learning_stats.problem_bootstrap_interval([0.0, 1.0]) == (0.5, 0.0, 1.0)
+    assert learning_stats.problem_bootstrap_interval([0.3] * 5) == pytest.approx((0.3,) * 3)
+
+
+def test_difference_to_reference_on_a_tiny_table() -> None:
+    # 2 seeds x 3 problems. Differences [[1, 0, 0], [0, 1, 0]]: each seed's mean is 1/3 (no
+    # spread: the seed interval is the point 1/3); the per-problem means over seeds are
+    # [0.5, 0.5, 0], whose resampled mean is 0 with probability 1/27 = 3.7 % > 2.5 % and 0.5
+    # with probability 8/27: the problem interval is [0, 0.5], which touches 0, so the
+    # difference is not distinguishable.
+    method = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    reference = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    d = learning_stats.difference_to_reference(method, reference)
+    assert d["mean"] == pytest.approx(1 / 3)
+    assert (d["seed_low"], d["seed_high"]) == pytest.approx((1 / 3, 1 / 3))
+    assert (d["problem_low"], d["problem_high"]) == (0.0, 0.5)
+    assert d["distinguishable"] == 0.0
+    # The same gain of 0.5 on every problem and seed: both intervals are the point 0.5.
+    shifted = learning_stats.difference_to_reference(reference + 0.5, reference)
+    assert shifted["distinguishable"] == 1.0
+    # One seed: no seed interval; the bootstrap alone decides.
+    single = learning_stats.difference_to_reference(method[:1], reference[:1])
+    assert math.isnan(single["seed_low"]) and single["problem_low"] == 0.0
+
+
+def test_differences_pair_runs_by_seed_and_report_points() -> None:
+    # Problem counts out of n = 2 samples. pass@1 = c / 2; pass@2 = 1 if c > 0.
+    def run(method: str, seed: int, counts: list[int]) -> dict:
+        return {"method": method, "seed": seed, "counts": counts}
+
+    methods = {
+        "grpo": [run("grpo", 0, [0, 1]), run("grpo", 1, [2, 0]), run("grpo", 2, [2, 2])],
+        # seed 2 is missing: only seeds 0 and 1 are paired
+        "lens": [run("lens", 1, [2, 1]), run("lens", 0, [1, 1])],
+    }
+    d = learning_report.differences(methods, n=2, ks=(1, 2))["lens"]
+    # pass@1 differences per seed: seed 0 (0.5 + 0.5 - 0 - 0.5) / 2 = 0.25, seed 1 0.25.
+    assert d["pass@1"]["mean"] == pytest.approx(25.0)
+    assert (d["pass@1"]["seed_low"], d["pass@1"]["seed_high"]) == pytest.approx((25.0, 25.0))
+    assert d["pass@1"]["seeds"] == 2
+    # pass@2 differences: seed 0 [1 - 0, 1 - 1] -> 0.5, seed 1 [1 - 1, 1 - 0] -> 0.5
+    assert d["pass@2"]["mean"] == pytest.approx(50.0)
+
+
+def test_mechanism_numbers_pool_steps_by_hand() -> None:
+    # Two seeds of AMIR-GRPO + LENS, two steps each. Seed 0: half the groups all-wrong at both
+    # steps, all of them with a gradient at step 1 and none at step 2 -> 0.5 / 1.0 = 0.5.
+    # Seed 1: a quarter then none all-wrong, all with a gradient -> 0.25 / 0.25 = 1.
+    def steps(wrong: list, active: list, share: list, lam: list) -> dict:
+        return {"step": [1, 2], "group_all_wrong": wrong, "group_all_wrong_active": active,
+                "all_wrong_grad_share": share, "lambda": lam, "pairs_per_group": [2.0, 4.0]}
+
+    runs = [
+        {"seed": 0, "steps": steps([0.5, 0.5], [0.5, 0.0], [0.1, 0.0], [0.005, 0.005])},
+        {"seed": 1, "steps": steps([0.25, 0.0], [0.25, 0.0], [0.3, 0.0], [0.005, 0.05])},
+    ]
+    numbers = learning_report.mechanism_numbers({"amir_lens": runs})
+    lens, amir = numbers["lens"]["amir_lens"], numbers["amir"]["amir_lens"]
+    assert lens["active"] == [0.5, 1.0] and lens["active_mean"] == 0.75
+    assert lens["all_wrong"] == pytest.approx((0.5 + 0.125) / 2)
+    assert lens["grad_share"] == pytest.approx([0.05, 0.15])
+    assert amir["lambda_floor"] == 0.75 and amir["lambda_ceiling"] == 0.25
+    assert amir["lambda_last"] == pytest.approx((0.005 + 0.05) / 2)
+    assert amir["pairs_per_group"] == 3.0

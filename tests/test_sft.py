@@ -207,7 +207,8 @@ def test_settings_fingerprint_and_validation() -> None:
     assert re.fullmatch(r"[0-9a-f]{12}", SFTSettings().fingerprint())
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['step'\]; valid options: "):
         SFTSettings().with_overrides(step=3)
-    with pytest.raises(ValueError, match=re.escape("valid levels: ['easy', 'hard', 'mid']")):
+    valid = re.escape("valid levels: ['easy', 'hard', 'long', 'mid']")
+    with pytest.raises(ValueError, match=valid):
         SFTSettings(levels=("easy", "expert"))
     with pytest.raises(ValueError, match="divisible by num_heads"):
         SFTSettings(hidden_size=30, num_heads=4)

@@ -120,9 +120,10 @@ def test_worked_solutions_are_correct_and_follow_the_level(level: str) -> None:
 
 
 def test_levels_as_documented() -> None:
-    easy, mid, hard = (LEVELS[name] for name in ("easy", "mid", "hard"))
+    easy, mid, long, hard = (LEVELS[name] for name in ("easy", "mid", "long", "hard"))
     assert (easy.ops, easy.digits, easy.operators, easy.max_multiplications) == (3, 1, "+-", 0)
     assert (mid.ops, mid.digits, mid.operators, mid.max_multiplications) == (5, 1, "+-", 0)
+    assert (long.ops, long.digits, long.operators, long.max_multiplications) == (6, 1, "+-", 0)
     assert (hard.ops, hard.digits, hard.operators, hard.max_multiplications) == (6, 1, "+-*", 1)
     # hard really holds multiplications: most 6-step chains draw at least one
     hard_problems = generate_problems("test", level="hard", size=100, seed=0)
@@ -148,7 +149,7 @@ def test_the_answer_checker_extracts_the_answer() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"level": "medium"}, "valid levels: ['easy', 'hard', 'mid']"),
+        ({"level": "medium"}, "valid levels: ['easy', 'hard', 'long', 'mid']"),
         ({"size": 0}, "size must be an integer >= 1"),
         ({"ops": 0}, "ops must be an integer >= 1"),
         ({"digits": 12}, "digits must be an integer in 1..9"),

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -220,14 +221,14 @@ class Case:
     updates: int = 1
 
 
-def _scores(columns: dict[str, list[float]]) -> Scores:
+def _scores(columns: dict[str, list[float]], correct: list[bool] = CORRECT) -> Scores:
     total = torch.stack([torch.tensor(v) for v in columns.values()]).sum(0)
     return Scores(
         columns={k: torch.tensor(v) for k, v in columns.items()},
         weights=dict.fromkeys(columns, 1.0),
         total=total,
-        correct=torch.tensor(CORRECT),
-        verdicts=[Verdict("correct" if c else "wrong", "x") for c in CORRECT],
+        correct=torch.tensor(correct),
+        verdicts=[Verdict("correct" if c else "wrong", "x") for c in correct],
     )
 
 
@@ -376,9 +377,12 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_trainer_gradient_equals_the_direct_formula(tmp_path: Path, name: str) -> None:
-    case = CASES[name]
+def fixed_batch_trainer(
+    tmp_path: Path, case: Case, correct: list[bool] = CORRECT
+) -> tuple[Trainer, StepBatch, list[torch.Tensor], list[torch.Tensor]]:
+    """A tiny-random LoRA trainer with `case`'s options and a recording SGD optimizer, the fixed
+    batch with `case`'s reward columns and `correct`, and the rollout and reference policies'
+    log-probs of its rows."""
     weights = "{" + ", ".join(f"{k}: 1.0" for k in case.columns) + "}"
     overrides = [
         "model.name=tiny-random",
@@ -409,12 +413,20 @@ def test_trainer_gradient_equals_the_direct_formula(tmp_path: Path, name: str) -
         PROMPT_IDS, PROMPT_MASK, COMPLETION_IDS, COMPLETION_MASK, ["a", "b", "c", "d"],
         torch.zeros(4, dtype=torch.bool), G,
     )
-    batch = StepBatch(rollouts, torch.arange(4), _scores(case.columns), rollouts.texts,
+    batch = StepBatch(rollouts, torch.arange(4), _scores(case.columns, correct), rollouts.texts,
                       rollouts.truncated)
     with torch.no_grad():
         olds = [lp.detach() for lp in row_logps(model)]
         with model.disable_adapter():
             refs = [lp.detach() for lp in row_logps(model)]
+    return trainer, batch, olds, refs
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_trainer_gradient_equals_the_direct_formula(tmp_path: Path, name: str) -> None:
+    case = CASES[name]
+    trainer, batch, olds, refs = fixed_batch_trainer(tmp_path, case)
+    model, recorder = trainer.model, trainer.optimizer
     LAMBDAS.clear()
     metrics = trainer.learn(batch)
 
@@ -436,3 +448,51 @@ def test_trainer_gradient_equals_the_direct_formula(tmp_path: Path, name: str) -
         assert abs(metrics[1]["ratio_mean"] - 1.0) > 1e-4
     if name == "gspo_two_iterations":
         assert 0 < metrics[1]["clip_fraction"] < 1  # the clip acts on some sequences only
+
+
+@pytest.mark.parametrize(
+    ("advantage", "correct", "share", "active"),
+    [
+        ("grpo", CORRECT, 0.0, 0.0),  # the all-wrong group's advantages are 0: no gradient
+        ("lens", [False] * 4, 1.0, 1.0),  # every group all-wrong: the whole gradient is theirs
+        ("lens", CORRECT, None, 0.5),  # a mixed and an all-wrong group: strictly between
+    ],
+)
+def test_all_wrong_gradient_share(
+    tmp_path: Path, advantage: str, correct: list[bool], share: float | None, active: float
+) -> None:
+    # train.log_all_wrong_gradient with one group per micro-batch (the all-wrong part is summed
+    # over micro-batches like the rest), against the gradient of the direct formula restricted
+    # to the all-wrong rows, weighted by their share of the batch.
+    binary = [float(c) for c in correct]
+    case = Case(
+        [f"algorithm.advantage={advantage}", "train.micro_batch_size=2",
+         "train.log_all_wrong_gradient=true"],
+        grpo_case,
+        columns={"binary": binary},
+    )
+    trainer, batch, olds, _ = fixed_batch_trainer(tmp_path, case, correct)
+    (metrics,) = trainer.learn(batch)
+
+    with torch.no_grad():
+        for p, w in zip(trainer.params, trainer.optimizer.weights[0], strict=True):
+            p.copy_(w)
+    logps = row_logps(trainer.model)
+    pbar = [math.exp(float(o.mean())) for o in olds]
+    a = (grpo_advantages(binary) if advantage == "grpo"
+         else lens_advantages(lens_rt(correct, pbar), binary, correct, "full"))
+    wrong = [i for i in ALL if not any(correct[i - i % G : i - i % G + G])]
+    total = norm(flat_grad(surrogate(logps, olds, a, ALL), trainer.params))
+    part = norm(flat_grad(surrogate(logps, olds, a, wrong) * len(wrong) / 4, trainer.params))
+    assert total > 1e-6, "a vacuous comparison"
+    assert metrics["grad_norm"] == pytest.approx(total, rel=1e-4)
+    assert metrics["all_wrong_grad_norm"] == pytest.approx(part, rel=1e-4, abs=1e-9)
+    assert metrics["all_wrong_grad_share"] == pytest.approx(part / total, rel=1e-4, abs=1e-9)
+    if share is None:
+        assert 0.05 < metrics["all_wrong_grad_share"] < 0.95
+    else:
+        assert metrics["all_wrong_grad_share"] == pytest.approx(share, abs=1e-5)
+    problems = [SimpleNamespace(id=f"q{q}", answer="1") for q in range(2)]
+    record, _ = trainer._step_record(problems, batch, [metrics], (0.0, 0.0, 0.0, 1.0))
+    assert record["group_all_wrong_active"] == active
+    assert record["all_wrong_grad_share"] == metrics["all_wrong_grad_share"]

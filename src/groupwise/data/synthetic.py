@@ -18,7 +18,8 @@ Difficulty levels (``level=``); ``ops=`` and ``digits=`` override the level's nu
     =====  ===  ======  ==========  ====================================================
     easy   3    1       + -         start and operands 1..9; results up to 36
     mid    5    1       + -         start and operands 1..9; results up to 54
-    hard   6    1       + - *       as mid, plus at most one multiplication by 2..9
+    long   6    1       + -         as mid, one operation more; results up to 63
+    hard   6    1       + - *       as long, plus at most one multiplication by 2..9
     =====  ===  ======  ==========  ====================================================
 
 ``ops`` is the number of operations and ``digits`` the digit count of the start value and of
@@ -26,7 +27,10 @@ the addition/subtraction operands (``digits=2``: 10..99); a multiplier is always
 2..9. The levels are sized for the testbed's tiny character-level policy (``groupwise.sft``):
 a chain of one-digit steps is what it can learn in minutes on a CPU, each extra operation is
 one more chance to slip, and multiplication is a skill it barely learns, so accuracy falls
-from easy to hard. Question spaces: easy about 30,000 questions, mid and hard millions.
+from easy to hard (the default base policy: pass@1 about 70, 22, 10 and 6 %). ``long`` is
+the regime of LENS: most groups of 8 samples are all-wrong at the start, yet GRPO still lifts
+pass@1 (``hard`` barely moves: its multiplications are out of the policy's reach). Question
+spaces: easy about 30,000 questions, mid, long and hard millions.
 
 Splits: the question space is partitioned by a stable hash of the question text (20 % test,
 80 % train), so the train and test splits never share a question whatever their seeds and
@@ -64,6 +68,7 @@ class LevelSpec:
 LEVELS: dict[str, LevelSpec] = {
     "easy": LevelSpec(ops=3, digits=1, operators="+-", max_multiplications=0),
     "mid": LevelSpec(ops=5, digits=1, operators="+-", max_multiplications=0),
+    "long": LevelSpec(ops=6, digits=1, operators="+-", max_multiplications=0),
     "hard": LevelSpec(ops=6, digits=1, operators="+-*", max_multiplications=1),
 }
 

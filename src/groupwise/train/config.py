@@ -272,6 +272,13 @@ class TrainConfig:
     """Also write RUN/final/merged, a full model folder loadable by plain transformers."""
     progress: bool = True
     """Show a progress bar with the live numbers."""
+    log_all_wrong_gradient: bool = False
+    """Diagnostic of LENS's mechanism (REFERENCE.md 3): log group_all_wrong_active (fraction of
+    the step's groups that are all-wrong and carry a non-zero advantage) and, per update,
+    all_wrong_grad_norm (norm of the gradient of the all-wrong rows' part of the loss) and
+    all_wrong_grad_share (that norm over the whole update's gradient norm, before clipping).
+    Costs one more backward pass per micro-batch holding all-wrong rows with a non-zero
+    advantage. Ours."""
 
 
 @dataclass

@@ -111,6 +111,37 @@ class StepBatch:
     rejected: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
 
 
+@dataclass
+class LossInputs:
+    """The per-row inputs of one micro-batch's loss terms (`groupwise.algorithms.loss_terms`):
+    logp / old_logp / ref_logp [b, T] per-token log-probs (policy with gradient, rollout policy
+    when off-policy, reference), mask [b, T] bool, advantages [b]."""
+
+    logp: torch.Tensor
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+
+    def terms(self, settings: LossSettings, coefficients: torch.Tensor | None = None) -> LossTerms:
+        return loss_terms(
+            self.logp,
+            self.mask,
+            self.advantages,
+            settings,
+            old_logp=self.old_logp,
+            ref_logp=self.ref_logp,
+            coefficients=coefficients,
+        )
+
+    def rows(self, keep: torch.Tensor) -> LossInputs:
+        """The inputs of the rows where `keep` ([b] bool) is set."""
+        return LossInputs(
+            *(t[keep] for t in (self.logp, self.mask, self.advantages)),
+            *(None if t is None else t[keep] for t in (self.old_logp, self.ref_logp)),
+        )
+
+
 class RolloutLogprobs:
     """Per-token log-probs of this process's rows under the rollout policy, [b, T] (detached).
 
@@ -514,11 +545,19 @@ class Trainer:
         batch_rows, batch_tokens, batch_pairs = (int(t) for t in totals)
         measure_grad = self.lambda_reg is not None and self.lambda_reg.measures_gradient(self.step)
         pref_grads = [torch.zeros_like(p) for p in self.params] if measure_grad else []
+        diagnose = self.config.train.log_all_wrong_gradient
+        all_wrong = _all_wrong_rows(batch, self.config.rollout.group_size) if diagnose else None
+        wrong_grads = [torch.zeros_like(p) for p in self.params] if diagnose else []
         sums = MetricSums()
         for micro in self._micro_batches(rows):
-            terms, pref = self._micro_batch_terms(batch, old, micro, on_policy, pairs, batch_pairs)
+            terms, pref, inputs = self._micro_batch_terms(
+                batch, old, micro, on_policy, pairs, batch_pairs
+            )
             rows_n, tokens = micro.stop - micro.start, int(mask[micro].sum())
             share = micro_batch_share(algo.aggregation, rows_n, tokens, batch_rows, batch_tokens)
+            if diagnose:
+                wrong = all_wrong[batch.rows[micro]].to(self.device)
+                self._add_all_wrong_gradient(wrong_grads, wrong, inputs, batch_rows, batch_tokens)
             policy_and_kl = terms.grpo(algo.kl_coef)
             if self.lambda_reg is not None and first_use:
                 self._observe_losses(float(policy_and_kl.detach()) * share, share, pref)
@@ -526,11 +565,12 @@ class Trainer:
             check_finite(loss.detach(), "loss", step=self.step + 1, hint=self._divergence_hint())
             loss.backward()
             sums.add(**_micro_batch_metrics(terms, pref, share, tokens / batch_tokens))
-        self.dist.sum_gradients(self.params, pref_grads)
+        self.dist.sum_gradients(self.params, [*pref_grads, *wrong_grads])
         if measure_grad:
             self._combine_measured_preference(pref_grads)
         max_norm = self.config.optim.max_grad_norm
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        diagnostics = _all_wrong_gradient_share(wrong_grads, grad_norm) if diagnose else {}
         # The norm is the same on every process (after the all-reduce): all stop together,
         # before the step, so the weights and the last checkpoint stay as they were.
         check_finite(grad_norm, "gradient norm", step=self.step + 1, hint=self._divergence_hint())
@@ -539,7 +579,7 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {**sums.total(self.dist), "pairs": batch_pairs, "grad_norm": grad_norm,
-                "learning_rate": learning_rate}
+                "learning_rate": learning_rate, **diagnostics}
 
     def _micro_batch_terms(
         self,
@@ -549,24 +589,24 @@ class Trainer:
         on_policy: bool,
         pairs: tuple[torch.Tensor, torch.Tensor],
         batch_pairs: int,
-    ) -> tuple[LossTerms, PreferenceTerms | None]:
-        """The forward passes of one micro-batch and its loss terms (groupwise.algorithms)."""
+    ) -> tuple[LossTerms, PreferenceTerms | None, LossInputs]:
+        """The forward passes of one micro-batch, its loss terms (groupwise.algorithms) and
+        the per-row inputs they were computed from."""
         mask = batch.rollouts.completion_mask[micro].bool().to(self.device)
         ref_logp = self._reference_logprobs(batch.rollouts, micro)
         logp = self._logprobs(self.model, batch.rollouts, micro)
         if on_policy:
             old.record(micro, logp)
         pref = self._preference(old, micro, mask, ref_logp, pairs, batch_pairs)
-        terms = loss_terms(
+        inputs = LossInputs(
             logp,
             mask,
             batch.advantages[batch.rows[micro]].to(logp.device),
-            self.loss_settings,
             old_logp=None if on_policy else old.of(micro).to(logp.device),
             ref_logp=ref_logp,
-            coefficients=None if pref is None else pref.coefficients.to(logp.device),
         )
-        return terms, pref
+        coefficients = None if pref is None else pref.coefficients.to(logp.device)
+        return inputs.terms(self.loss_settings, coefficients), pref, inputs
 
     def _preference_part(self, terms: LossTerms, pref_grads: list[torch.Tensor]) -> Any:
         """lambda * the AMIR term, to add to the micro-batch's loss; or, when lambda is measured
@@ -575,12 +615,7 @@ class Trainer:
             return 0.0
         if not pref_grads:
             return self.lambda_reg.value * terms.preference
-        grads = torch.autograd.grad(
-            terms.preference, self.params, retain_graph=True, allow_unused=True
-        )
-        for buffer, grad in zip(pref_grads, grads, strict=True):
-            if grad is not None:
-                buffer.add_(grad)
+        _add_gradient(pref_grads, terms.preference, self.params)
         return 0.0
 
     def _preference(
@@ -611,6 +646,31 @@ class Trainer:
             algo.beta_dpo,
             num_pairs=batch_pairs,
         )
+
+    def _add_all_wrong_gradient(
+        self,
+        buffers: list[torch.Tensor],
+        wrong: torch.Tensor,
+        inputs: LossInputs,
+        batch_rows: int,
+        batch_tokens: int,
+    ) -> None:
+        """train.log_all_wrong_gradient: add to `buffers` the gradient of the all-wrong rows'
+        part of the micro-batch's share * L_GRPO. wrong: [b] bool, the micro-batch's rows of
+        all-wrong groups.
+
+        A micro-batch's aggregated loss splits exactly into row subsets, each weighted by its
+        own share of the update (micro_batch_share), so this is the all-wrong rows' exact
+        contribution to the update's gradient (REFERENCE.md 1 and 3)."""
+        algo = self.config.algorithm
+        if not bool((inputs.advantages[wrong] != 0).any()) and algo.kl_coef == 0:
+            return  # no such rows, or all their advantages are 0: a zero gradient, no backward
+        part = inputs.rows(wrong)
+        share = micro_batch_share(
+            algo.aggregation, int(wrong.sum()), int(part.mask.sum()), batch_rows, batch_tokens
+        )
+        loss = share * part.terms(self.loss_settings).grpo(algo.kl_coef)
+        _add_gradient(buffers, loss, self.params)
 
     def _observe_losses(self, weighted_pg: float, share: float, pref: PreferenceTerms) -> None:
         """One loss computation for AdaptiveLambda: the k-th micro-batches of every process,
@@ -659,6 +719,8 @@ class Trainer:
             "pairs": int(batch.chosen.numel()),
             "pairs_per_group": batch.chosen.numel() / len(problems),
             **({"lambda": self.lambda_reg.value} if self.lambda_reg is not None else {}),
+            **(_all_wrong_metrics(batch, updates, group_size)
+               if cfg.train.log_all_wrong_gradient else {}),
             "advantage_abs_mean": float(batch.advantages.abs().mean()),
             "reward_used_mean": float(batch.rewards.mean()),
             "learning_rate": updates[-1]["learning_rate"],
@@ -915,6 +977,43 @@ _PER_UPDATE = (
     "ratio_mean",
     "grad_norm",
 )
+
+
+def _all_wrong_rows(batch: StepBatch, group_size: int) -> torch.Tensor:
+    """[B] bool: the whole batch's rows whose group has no correct completion."""
+    return group_types(batch.scores.correct, group_size)["all_wrong"].repeat_interleave(group_size)
+
+
+def _all_wrong_gradient_share(wrong_grads: list[torch.Tensor], grad_norm: float
+                              ) -> dict[str, float]:
+    """The all-wrong part's gradient norm and its ratio to the update's (pre-clip) gradient
+    norm; 0 when the update has no gradient. The parts are not orthogonal, so the ratio can
+    exceed 1 where the other rows' gradient partly cancels it."""
+    norm = float(torch.sqrt(sum((g.float() ** 2).sum() for g in wrong_grads)))
+    return {"all_wrong_grad_norm": norm,
+            "all_wrong_grad_share": norm / grad_norm if grad_norm > 0 else 0.0}
+
+
+def _all_wrong_metrics(batch: StepBatch, updates: list[dict[str, float]], group_size: int
+                       ) -> dict[str, float]:
+    """train.log_all_wrong_gradient's step metrics: the fraction of groups that are all-wrong
+    and carry a non-zero advantage (so a policy gradient), and the updates' mean all-wrong
+    gradient norm and share."""
+    all_wrong = group_types(batch.scores.correct, group_size)["all_wrong"]
+    active = (batch.advantages.view(-1, group_size) != 0).any(dim=1)
+    return {
+        "group_all_wrong_active": float((all_wrong & active).float().mean()),
+        "all_wrong_grad_norm": _mean(updates, "all_wrong_grad_norm"),
+        "all_wrong_grad_share": _mean(updates, "all_wrong_grad_share"),
+    }
+
+
+def _add_gradient(buffers: list[torch.Tensor], loss: torch.Tensor, params: list) -> None:
+    """Add d loss / d params to `buffers`, keeping the graph for the update's own backward."""
+    grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+    for buffer, grad in zip(buffers, grads, strict=True):
+        if grad is not None:
+            buffer.add_(grad)
 
 
 def _mean(updates: list[dict[str, float]], key: str) -> float:
