@@ -1,11 +1,14 @@
 """What AMIR-GRPO and LENS cost on top of plain GRPO, at equal settings.
 
-Both extras are meant to be free of forward passes: AMIR's preference term reads the
-length-normalised log-likelihoods l(q, o) off the token log-probs of the policy pass the GRPO
-loss already makes (the official AMIR-GRPO code runs extra passes for them), and LENS's
-confidences pbar are the same numbers, detached (with num_iterations = 1). This bench shows it
-two ways, on SmolLM2-135M-Instruct + LoRA 16/16 with the quickstart settings (G=8, 128 new
-tokens), 2 questions per step (16 completions, micro-batches of 8):
+AMIR's preference term needs no forward pass of its own: its per-completion coefficients come
+from the rollout policy's length-normalised log-likelihoods l(q, o), which the first update's
+policy pass provides (it runs at the rollout policy); the official AMIR-GRPO code runs extra
+passes for them. LENS needs the rollout policy's confidences of every row before its advantages
+exist, so before the first update: the trainer takes them from one no-grad pass after the
+rollout (as verl computes its old log-probs), and AMIR-GRPO + LENS reads l_old from the same
+pass. This bench shows the cost two ways, on SmolLM2-135M-Instruct + LoRA 16/16 with the
+quickstart settings (G=8, 128 new tokens), 2 questions per step (16 completions, micro-batches
+of 8):
 
 1. Fixed batch: one batch of rollouts is generated and scored once; then each algorithm's loss
    + backward + optimizer update runs on it (Trainer.learn), the algorithms alternating,
