@@ -496,3 +496,36 @@ def test_all_wrong_gradient_share(
     record, _ = trainer._step_record(problems, batch, [metrics], (0.0, 0.0, 0.0, 1.0))
     assert record["group_all_wrong_active"] == active
     assert record["all_wrong_grad_share"] == metrics["all_wrong_grad_share"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "passes"),
+    [
+        # LENS alone, one mini-batch: each micro-batch's advantages from its own training pass
+        ([], 2),
+        # with AMIR the update's pair count needs every row's LENS rewards first: a no-grad pass
+        (["algorithm.amir=true", "algorithm.margin=0.1"], 4),
+        # with 2 mini-batches the second one's rows need logp_old before it: the same pass
+        (["algorithm.minibatches=2"], 4),
+    ],
+)
+def test_lens_rollout_logprobs_cost_no_pass_of_their_own_when_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str], passes: int
+) -> None:
+    case = Case(
+        ["algorithm.advantage=lens", "train.micro_batch_size=2", *overrides],
+        grpo_case,
+        columns={"binary": [float(c) for c in CORRECT]},
+    )
+    trainer, batch, olds, _ = fixed_batch_trainer(tmp_path, case)
+    calls = []
+    forward = trainer._logprobs
+    monkeypatch.setattr(trainer, "_logprobs", lambda *a: calls.append(1) or forward(*a))
+    trainer.learn(batch)
+
+    # 2 micro-batches of one group each (2 training passes), plus the no-grad pass where needed
+    assert len(calls) == passes
+    pbar = [math.exp(float(o.mean())) for o in olds]
+    binary = [float(c) for c in CORRECT]
+    expected = lens_advantages(lens_rt(CORRECT, pbar), binary, CORRECT, "full")
+    torch.testing.assert_close(batch.advantages, torch.tensor(expected), atol=1e-6, rtol=1e-5)

@@ -5,6 +5,7 @@ looks the configured estimator up by name and calls it; it never branches on the
 
     estimator = get_advantage_estimator(name)          # "grpo" | "lens" | a registered one
     if estimator.needs_rollout_logp: ...               # give it the rollout policy's l(q, o)
+    if estimator.per_group: ...                        # or call it on any whole groups alone
     result = estimator.fn(batch, settings)             # result.advantages, result.rewards
 
 `result.rewards` are the reward totals the advantages were computed from (LENS-calibrated
@@ -79,25 +80,32 @@ EstimatorFn = Callable[[GroupRewards, AdvantageSettings], Advantages]
 
 @dataclass(frozen=True)
 class AdvantageEstimator:
-    """A named estimator and what it needs beyond rewards (the rollout policy's log-probs)."""
+    """A named estimator and what it needs beyond rewards (the rollout policy's log-probs).
+
+    per_group: a group's advantages and rewards depend on that group's rows alone, under every
+    setting, so an engine may call it on any subset of whole groups (our trainer then computes
+    them micro-batch by micro-batch from the training pass, with no pass of their own).
+    """
 
     name: str
     fn: EstimatorFn
     needs_rollout_logp: bool = False
+    per_group: bool = False
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
 
 
 def register_advantage_estimator(
-    name: str, *, needs_rollout_logp: bool = False
+    name: str, *, needs_rollout_logp: bool = False, per_group: bool = False
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Decorator adding `fn(batch: GroupRewards, settings) -> Advantages` as `name`."""
+    """Decorator adding `fn(batch: GroupRewards, settings) -> Advantages` as `name`
+    (AdvantageEstimator: what the two flags declare)."""
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_rollout_logp)
+        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_rollout_logp, per_group)
         return fn
 
     return decorator
@@ -120,7 +128,7 @@ def grpo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantag
     return Advantages(advantages, batch.rewards)
 
 
-@register_advantage_estimator("lens", needs_rollout_logp=True)
+@register_advantage_estimator("lens", needs_rollout_logp=True, per_group=True)
 def lens_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
     """LENS (REFERENCE.md 3): calibrated correctness rt from the rollout policy's confidences,
     put in place of the correctness component inside the reward total, then LENS's rules per

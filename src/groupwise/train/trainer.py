@@ -15,9 +15,12 @@ Rollout-policy log-probs (logp_old; LENS's confidences and AMIR's l_old are thei
 are taken from its first forward pass under the rollout policy. While no optimizer step has
 been taken in this step, that is the training forward pass itself (no extra pass: the first
 update is exactly on-policy, ratio 1). Rows whose values are needed before that, or after the
-policy has moved, get them from one no-grad pass right after the rollout: every row when the
-estimator needs them (LENS: its advantages are computed over the whole batch), the rows of
-mini-batches 2..M otherwise (REFERENCE.md 1, PPO mini-batches).
+policy has moved, get them from one no-grad pass right after the rollout: the rows of
+mini-batches 2..M (REFERENCE.md 1, PPO mini-batches), and every row when the estimator needs
+them over the whole batch before the first update. That is LENS with AMIR-GRPO (the update's
+pair count, which normalises L_pref, depends on LENS's rewards) or with several mini-batches;
+LENS alone with one mini-batch computes each micro-batch's advantages from that micro-batch's
+own training pass (its groups are whole and LENS is per group), so it costs no pass.
 
 Micro-batches hold whole groups and every share is taken of the update's GLOBAL batch
 (completions, tokens, pairs), so summing micro-batches and processes (one all-reduce before
@@ -49,6 +52,7 @@ from tqdm.auto import tqdm
 
 from groupwise.algorithms import (
     AdaptiveLambda,
+    Advantages,
     AdvantageSettings,
     GroupRewards,
     LossSettings,
@@ -317,6 +321,8 @@ class Trainer:
         one starts at lambda_init)."""
         self.config = dataclasses.replace(self.config, algorithm=algo)
         self.estimator = get_advantage_estimator(algo.advantage)
+        # set by learn() for its batch: the estimator runs micro-batch by micro-batch
+        self._per_micro_batch = False
         self.advantage_settings = AdvantageSettings(
             scale=algo.scale_rewards,
             std=algo.advantage_std,
@@ -427,14 +433,29 @@ class Trainer:
         one optimizer step per mini-batch. Fills batch.advantages/rewards/chosen/rejected;
         returns each update's metrics."""
         algo = self.config.algorithm
-        old = self._rollout_logprobs(batch.rollouts)
-        self._advantages(batch, old)
         minibatches = self._minibatches(len(batch.rollouts))
-        return [
+        self._per_micro_batch = (
+            self.estimator.needs_rollout_logp
+            and self.estimator.per_group
+            and not algo.amir
+            and len(minibatches) == 1
+        )
+        old = self._rollout_logprobs(batch.rollouts, minibatches)
+        if self._per_micro_batch:
+            batch.advantages = torch.zeros(len(batch.scores.total))
+            batch.rewards = batch.scores.total.float().clone()
+            batch.chosen = batch.rejected = torch.zeros(0, dtype=torch.long)
+        else:
+            self._advantages(batch, old)
+        updates = [
             self._update(batch, old, rows, on_policy=epoch == m == 0, first_use=epoch == 0)
             for epoch in range(algo.num_iterations)
             for m, rows in enumerate(minibatches)
         ]
+        if self._per_micro_batch:  # each process filled its own rows
+            batch.advantages = self._to_batch(batch.rows, batch.advantages[batch.rows])
+            batch.rewards = self._to_batch(batch.rows, batch.rewards[batch.rows])
+        return updates
 
     # -----------------------------------------------------------------------------------------
     # Rollout, score, advantages
@@ -477,12 +498,12 @@ class Trainer:
             truncated=torch.cat([part[3] for part in parts])[order],
         )
 
-    def _rollout_logprobs(self, rollouts: Rollouts) -> RolloutLogprobs:
+    def _rollout_logprobs(self, rollouts: Rollouts, minibatches: list[slice]) -> RolloutLogprobs:
         """logp_old of every row the updates will need before their first training forward
         under the rollout policy (module docstring), from one no-grad pass."""
         old = RolloutLogprobs(len(rollouts), rollouts.completion_ids.shape[1])
-        minibatches = self._minibatches(len(rollouts))
-        upfront = minibatches if self.estimator.needs_rollout_logp else minibatches[1:]
+        whole_batch = self.estimator.needs_rollout_logp and not self._per_micro_batch
+        upfront = minibatches if whole_batch else minibatches[1:]
         with torch.no_grad():
             for minibatch in upfront:
                 for rows in self._micro_batches(minibatch):
@@ -492,28 +513,13 @@ class Trainer:
     def _advantages(self, batch: StepBatch, old: RolloutLogprobs) -> None:
         """The estimator's advantages and AMIR's pairs over the whole batch (REFERENCE.md 1-3)."""
         cfg = self.config
-        scores = batch.scores
-        component = cfg.reward.correctness_component
-        weight = self.rewards.weights.get(component, 0.0)
-        column = scores.columns.get(component, torch.zeros_like(scores.total))
         mean_logp_old = lengths = None
         if self.estimator.needs_rollout_logp:
             mask = batch.rollouts.completion_mask.bool()
             local = sequence_mean_logp(old.of(slice(None)), mask)
             mean_logp_old = self._to_batch(batch.rows, local)
             lengths = self._to_batch(batch.rows, mask.sum(dim=1).float())
-        result = self.estimator.fn(
-            GroupRewards(
-                rewards=scores.total.float(),
-                correct=scores.correct,
-                group_size=cfg.rollout.group_size,
-                correctness=weight * column.float(),
-                correct_reward=weight * correct_value(component) if weight else 1.0,
-                mean_logp_old=mean_logp_old,
-                lengths=lengths,
-            ),
-            self.advantage_settings,
-        )
+        result = self._estimate(batch, slice(None), mean_logp_old, lengths)
         chosen = rejected = torch.zeros(0, dtype=torch.long)
         if cfg.algorithm.amir:
             chosen, rejected = mine_pairs(
@@ -525,6 +531,43 @@ class Trainer:
             )
         batch.advantages, batch.rewards = result.advantages, result.rewards
         batch.chosen, batch.rejected = chosen, rejected
+
+    def _micro_batch_advantages(self, batch: StepBatch, old: RolloutLogprobs, micro: slice) -> None:
+        """The estimator's advantages of the micro-batch's groups alone, from their logp_old
+        just recorded by the training pass (a per-group estimator without AMIR, module
+        docstring): the values the whole batch's call gives these rows."""
+        mask = batch.rollouts.completion_mask[micro].bool()
+        rows = batch.rows[micro]
+        mean_logp_old = sequence_mean_logp(old.of(micro), mask)
+        result = self._estimate(batch, rows, mean_logp_old, mask.sum(dim=1).float())
+        batch.advantages[rows], batch.rewards[rows] = result.advantages, result.rewards
+
+    def _estimate(
+        self,
+        batch: StepBatch,
+        rows: slice | torch.Tensor,
+        mean_logp_old: torch.Tensor | None,
+        lengths: torch.Tensor | None,
+    ) -> Advantages:
+        """The estimator on the batch's `rows` (whole groups, group-major) with their rollout
+        l(q, o) and lengths ([rows], or None where the estimator needs none)."""
+        cfg = self.config
+        scores = batch.scores
+        component = cfg.reward.correctness_component
+        weight = self.rewards.weights.get(component, 0.0)
+        column = scores.columns.get(component, torch.zeros_like(scores.total))
+        return self.estimator.fn(
+            GroupRewards(
+                rewards=scores.total[rows].float(),
+                correct=scores.correct[rows],
+                group_size=cfg.rollout.group_size,
+                correctness=weight * column[rows].float(),
+                correct_reward=weight * correct_value(component) if weight else 1.0,
+                mean_logp_old=mean_logp_old,
+                lengths=lengths,
+            ),
+            self.advantage_settings,
+        )
 
     # -----------------------------------------------------------------------------------------
     # One update
@@ -597,6 +640,8 @@ class Trainer:
         logp = self._logprobs(self.model, batch.rollouts, micro)
         if on_policy:
             old.record(micro, logp)
+            if self._per_micro_batch:
+                self._micro_batch_advantages(batch, old, micro)
         pref = self._preference(old, micro, mask, ref_logp, pairs, batch_pairs)
         inputs = LossInputs(
             logp,
