@@ -31,10 +31,11 @@ are skipped, a training run continues from its checkpoint, an evaluation from it
 Runs write only their own folders, so --jobs N runs N of them in parallel (one torch thread each
 by default: on a small CPU, one thread per process beats two processes sharing two threads).
 
-    python bench/learning.py --jobs 2           # full preset (about 3.5 hours on 2 cores)
+    python bench/learning.py --jobs 2           # full preset (about 5.5 hours on 2 cores)
     python bench/learning.py --quick --jobs 2   # a first look (about 15 minutes on 2 cores)
     python bench/learning.py --preset plateau --jobs 2   # GRPO at a constant lr, 200 steps
     python bench/learning.py --preset smoke     # a minute: every method, end to end
+    python bench/learning.py --report-only      # the results of the runs complete so far
 """
 
 from __future__ import annotations
@@ -680,6 +681,60 @@ def with_settings(settings: BenchSettings, assignments: Sequence[str]) -> BenchS
     return dataclasses.replace(settings, **changes)
 
 
+def complete_part(settings: BenchSettings, root: Path) -> tuple[BenchSettings, list[str]]:
+    """The part of `settings` whose runs under `root` are all complete: the longest run of
+    first seeds complete for every method but the CONTROLS, and the CONTROLS complete for those
+    seeds; with what that leaves out, in words."""
+    def complete(spec: RunSpec) -> bool:
+        return (spec.folder(root) / "summary.json").is_file()
+
+    def seeds_done(methods: Sequence[str]) -> int:
+        count = 0
+        for seed in settings.seeds:
+            if not all(complete(RunSpec(lv, m, seed)) for lv, ms in settings.levels.items()
+                       for m in ms if m in methods):
+                break
+            count += 1
+        return count
+
+    main_methods = [m for ms in settings.levels.values() for m in ms if m not in CONTROLS]
+    seeds = settings.seeds[: seeds_done(main_methods)]
+    part = dataclasses.replace(settings, seeds=seeds)
+    left_out = []
+    if len(seeds) < len(settings.seeds):
+        left_out.append(f"seeds {list(settings.seeds[len(seeds):])}")
+    for control in CONTROLS:
+        if seeds and seeds_done([control]) < len(seeds):
+            part = select(part, None, [m for ms in part.levels.values() for m in ms
+                                       if m != control])
+            left_out.append(f"the {METHODS[control].label} control")
+    return part, left_out
+
+
+def report_so_far(settings: BenchSettings, root: Path, preset: str) -> int:
+    """--report-only: the results of the complete part of the bench (complete_part), into the
+    output folder and, for a committed preset, bench/results, with a header naming the part."""
+    part, left_out = complete_part(settings, root)
+    if not part.seeds:
+        raise SystemExit(f"{root}: no seed is complete for every method yet")
+    summaries = [run_one(spec, part, root) for spec in run_specs(part)]
+    status = ""
+    if left_out:
+        status = (f"Partial results: the runs complete so far (seeds {list(part.seeds)}); not "
+                  f"yet run: {', '.join(left_out)}. The same bench command continues the "
+                  "runs; a complete run rewrites this file.")
+    path = root / "invocations.json"
+    invocations = json.loads(path.read_text()) if path.is_file() else []
+    folders = [root] + ([RESULTS_DIR] if preset in COMMITTED else [])
+    name = COMMITTED.get(preset, "learning")
+    from learning_report import write_results
+
+    print(write_results(part, summaries, folders, invocations=invocations, name=name,
+                        status=status))
+    print("written: " + ", ".join(str(f / f"{name}.md") for f in folders))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
@@ -712,6 +767,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="runs folder (default runs/learning, runs/learning-PRESET)",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: write the results of the runs complete so far (the first seeds "
+        "complete for every method), saying so in their header",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.threads < 1:
         parser.error("--jobs and --threads must be >= 1")
@@ -727,6 +788,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "learning" if preset == "full" else f"learning-{preset}"
     )
     check_output(settings, root)
+    if args.report_only:
+        return report_so_far(settings, root, preset)
     load_before = load_average()
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     started = time.perf_counter()

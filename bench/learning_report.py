@@ -647,12 +647,14 @@ def write_results(
     *,
     invocations: Sequence[Mapping[str, Any]],
     name: str = "learning",
+    status: str = "",
 ) -> str:
     """NAME.md, NAME.json and the figures into each of `folders`; returns the Markdown.
 
     invocations: every invocation of the bench on this output folder so far, each {"command",
     "started" (UTC), "wall_seconds", "runs_made", "load_before", "load_after"}: a bench
-    stopped and resumed reports each part and the total."""
+    stopped and resumed reports each part and the total. status: a sentence put first (what
+    part of the bench the results cover, when not all of it)."""
     numbers = aggregate(summaries, settings)
     total = sum(i["wall_seconds"] for i in invocations)
     runs = "\n".join(
@@ -703,9 +705,10 @@ Held-out pass@1 (%) during training, first {settings.curve_problems} problems, n
         f"{settings.curve_problems} of them with n = {settings.curve_n} at "
         f"{settings.curve_points} evenly spaced checkpoints",
     ])
+    lead = f"**{status}**\n\n" if status else ""
     text = f"""# Learning testbed: GRPO, AMIR-GRPO, LENS, AMIR-GRPO + LENS, GSPO on `arith`
 
-{setup}
+{lead}{setup}
 
 ## Methods and budgets
 
