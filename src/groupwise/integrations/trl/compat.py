@@ -17,6 +17,21 @@ from typing import Any
 SUPPORTED_TRL = ">=1.16,<1.17"
 """The TRL versions this adapter was written and tested against (the `trl` extra's pin)."""
 
+FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+"""Inputs of the policy's forward besides ids and mask, as GRPOTrainer._compute_loss passes them
+to _get_per_token_logps_and_entropies (keyword parameters of that hook)."""
+
 HOOKS: dict[str, tuple[str, ...]] = {
     # overridden: keeps the gathered per-function rewards (all processes' rows)
     "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
@@ -33,16 +48,7 @@ HOOKS: dict[str, tuple[str, ...]] = {
         "batch_size",
         "compute_entropy",
         "compute_aux_loss",
-        "pixel_values",
-        "image_grid_thw",
-        "num_images",
-        "pixel_attention_mask",
-        "spatial_shapes",
-        "num_tiles",
-        "image_sizes",
-        "token_type_ids",
-        "mm_token_type_ids",
-        "image_position_ids",
+        *FORWARD_KEYS,
     ),
     # wrapped: the AMIR term is added to the loss it returns
     "_compute_loss": ("self", "model", "inputs"),

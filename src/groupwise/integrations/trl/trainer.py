@@ -64,6 +64,7 @@ from groupwise.algorithms import (
     sequence_mean_logp,
 )
 from groupwise.integrations.trl.compat import (
+    FORWARD_KEYS,
     check_trainer_attributes,
     check_trl_compatibility,
     require_batch_keys,
@@ -84,20 +85,6 @@ ROWS_KEY = "groupwise_rows"
 
 STATE_FILE = "groupwise_state.json"
 """File in each checkpoint folder that holds lambda_reg."""
-
-# Inputs of the policy's forward besides ids and mask, as GRPOTrainer._compute_loss passes them.
-_FORWARD_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
 
 
 @dataclass(frozen=True)
@@ -344,7 +331,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
                 torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
                 completion_ids.size(1),
                 batch_size=self.args.per_device_train_batch_size,
-                **{key: batch[key] for key in _FORWARD_KEYS if key in batch},
+                **{key: batch[key] for key in FORWARD_KEYS if key in batch},
             )
         return logps
 
