@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -301,6 +302,22 @@ class AdaptiveLambda:
         self.measure, self.every = measure, every
         self._value = init
 
+
+    @classmethod
+    def from_options(cls, options: Any) -> AdaptiveLambda:
+        """An AdaptiveLambda from an object with the config's lambda_* fields (groupwise's
+        algorithm section, GroupwiseGRPOConfig); lambda_every is 1 where it has none."""
+        return cls(
+            init=options.lambda_init,
+            low=options.lambda_low,
+            high=options.lambda_high,
+            up=options.lambda_up,
+            down=options.lambda_down,
+            min_value=options.lambda_min,
+            max_value=options.lambda_max,
+            measure=options.lambda_measure,
+            every=getattr(options, "lambda_every", 1),
+        )
     def measures_gradient(self, step: int) -> bool:
         """Whether the engine should keep grad L_pref apart at this step (measure "grad")."""
         return self.measure == "grad" and step % self.every == 0

@@ -339,21 +339,7 @@ class Trainer:
             max_completion_length=self.config.rollout.max_new_tokens,
             kl_coef=algo.kl_coef,
         )
-        self.lambda_reg = (
-            AdaptiveLambda(
-                init=algo.lambda_init,
-                low=algo.lambda_low,
-                high=algo.lambda_high,
-                up=algo.lambda_up,
-                down=algo.lambda_down,
-                min_value=algo.lambda_min,
-                max_value=algo.lambda_max,
-                measure=algo.lambda_measure,
-                every=algo.lambda_every,
-            )
-            if algo.amir
-            else None
-        )
+        self.lambda_reg = AdaptiveLambda.from_options(algo) if algo.amir else None
         self.needs_reference = algo.kl_coef > 0 or (algo.amir and not algo.ref_free)
 
     # -----------------------------------------------------------------------------------------

@@ -256,13 +256,4 @@ class GroupwiseGRPOConfig(GRPOConfig):
 
     def adaptive_lambda(self) -> AdaptiveLambda:
         """A new AdaptiveLambda with these lambda_* options (REFERENCE.md 2)."""
-        return AdaptiveLambda(
-            init=self.lambda_init,
-            low=self.lambda_low,
-            high=self.lambda_high,
-            up=self.lambda_up,
-            down=self.lambda_down,
-            min_value=self.lambda_min,
-            max_value=self.lambda_max,
-            measure=self.lambda_measure,
-        )
+        return AdaptiveLambda.from_options(self)
