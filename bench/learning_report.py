@@ -407,24 +407,7 @@ def reading(
                 f"{_seed_interval(last)} points (95 % t-interval over seeds; an interval "
                 "containing 0 means no measurable rise over the last stretch)."
             )
-        for k in sorted({1, top}):
-            key = f"pass@{k}"
-            apart = [m for m, d in diffs.items() if d[key]["distinguishable"]]
-            together = [m for m in diffs if m not in apart]
-            if apart:
-                lines.append(
-                    f"- {key}: distinguishable from GRPO (both intervals exclude 0): "
-                    + "; ".join(f"{_label(m)} {_verdict(diffs[m][key])}" for m in apart)
-                    + "."
-                )
-            if together:
-                lines.append(
-                    f"- {key}: not distinguishable from GRPO: "
-                    + ", ".join(
-                        f"{_label(m)} ({diffs[m][key]['mean']:+.1f})" for m in together
-                    )
-                    + "."
-                )
+        lines += difference_lines(diffs, settings.eval_ks)
         if "gspo_m2" in methods and "grpo_m2" in methods:
             d = _pair(methods["gspo_m2"], methods["grpo_m2"], n, 1)
             lines.append(
@@ -434,6 +417,31 @@ def reading(
             )
         lines += _claims(level, num, methods, top)
     return "\n".join(lines)
+
+
+def difference_lines(
+    diffs: Mapping[str, Mapping[str, Mapping[str, float]]], ks: Sequence[int]
+) -> list[str]:
+    """Which differences to GRPO are distinguishable from zero (both 95 % intervals exclude it),
+    at every k; the ones that are not, at pass@1 and at the largest k."""
+    lines = []
+    for k in sorted(ks):
+        key = f"pass@{k}"
+        apart = [m for m, d in diffs.items() if d[key]["distinguishable"]]
+        together = [m for m in diffs if m not in apart]
+        if apart:
+            lines.append(
+                f"- {key}: distinguishable from GRPO (both intervals exclude 0): "
+                + "; ".join(f"{_label(m)} {_verdict(diffs[m][key])}" for m in apart)
+                + "."
+            )
+        if together and k in (1, max(ks)):
+            lines.append(
+                f"- {key}: not distinguishable from GRPO: "
+                + ", ".join(f"{_label(m)} ({diffs[m][key]['mean']:+.1f})" for m in together)
+                + "."
+            )
+    return lines
 
 
 def _claims(

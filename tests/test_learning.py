@@ -189,6 +189,26 @@ def test_differences_pair_runs_by_seed_and_report_points() -> None:
     assert d["pass@2"]["mean"] == pytest.approx(50.0)
 
 
+def test_difference_lines_name_what_is_distinguishable_at_every_k() -> None:
+    # LENS differs from GRPO at pass@4 only; AMIR-GRPO at no k. Distinguishable differences
+    # are named at every k, the others at pass@1 and the largest k only.
+    def d(mean: float, apart: bool) -> dict:
+        return {"mean": mean, "seed_low": mean - 1, "seed_high": mean + 1, "problem_low": mean - 1,
+                "problem_high": mean + 1, "distinguishable": float(apart)}
+
+    diffs = {
+        "lens": {"pass@1": d(0.2, False), "pass@4": d(3.0, True), "pass@16": d(4.0, False)},
+        "amir": {"pass@1": d(-0.1, False), "pass@4": d(0.5, False), "pass@16": d(0.7, False)},
+    }
+    lines = learning_report.difference_lines(diffs, (1, 4, 16))
+    assert lines == [
+        "- pass@1: not distinguishable from GRPO: LENS (+0.2), AMIR-GRPO (-0.1).",
+        "- pass@4: distinguishable from GRPO (both intervals exclude 0): LENS +3.0 points "
+        "(seeds [+2.0, +4.0], problems [+2.0, +4.0]).",
+        "- pass@16: not distinguishable from GRPO: LENS (+4.0), AMIR-GRPO (+0.7).",
+    ]
+
+
 def test_mechanism_numbers_pool_steps_by_hand() -> None:
     # Two seeds of AMIR-GRPO + LENS, two steps each. Seed 0: half the groups all-wrong at both
     # steps, all of them with a gradient at step 1 and none at step 2 -> 0.5 / 1.0 = 0.5.
