@@ -31,7 +31,7 @@ are skipped, a training run continues from its checkpoint, an evaluation from it
 Runs write only their own folders, so --jobs N runs N of them in parallel (one torch thread each
 by default: on a small CPU, one thread per process beats two processes sharing two threads).
 
-    python bench/learning.py --jobs 2           # full preset (about 5.5 hours on 2 cores)
+    python bench/learning.py --jobs 2           # full preset (about 4.5 hours on 2 cores)
     python bench/learning.py --quick --jobs 2   # a first look (about 15 minutes on 2 cores)
     python bench/learning.py --preset plateau --jobs 2   # GRPO at a constant lr, 200 steps
     python bench/learning.py --preset smoke     # a minute: every method, end to end
@@ -214,8 +214,8 @@ class BenchSettings:
 PRESETS: dict[str, BenchSettings] = {
     "full": BenchSettings(
         levels={
-            # Sized to about 4 hours on 2 shared cores: AMIR-GRPO on long, AMIR-GRPO + LENS on
-            # mid and the LENS ablations on mid did not fit.
+            # Sized to about 4.5 hours on 2 cores (268 min measured): AMIR-GRPO on long,
+            # AMIR-GRPO + LENS on mid and the LENS ablations on mid did not fit.
             "mid": ("grpo", "amir", "amir_grad", "lens", "gspo_m2", "grpo_m2"),
             # Half the groups all-wrong at the start, more as GRPO sharpens the policy, while
             # GRPO still lifts pass@1: LENS's regime.
