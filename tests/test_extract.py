@@ -135,6 +135,11 @@ def test_gold_choice(gold: str, expected: str | None) -> None:
         ("\\boxed{7}\n\n\\boxed{ 7 }", ["7"]),  # a repeat counts once
         ("\\boxed{3}. Then the total is \\boxed{5}.", ["5"]),
         ("\\boxed{1} x \\boxed{2}, \\boxed{3}", ["2", "3"]),
+        # the next box named ("y_2 ="), as math-verify joins adjacent inline spans
+        ("\\( y_1 = \\boxed{-2} \\) and \\( y_{2} = \\boxed{5} \\)", ["-2", "5"]),
+        ("$x = \\boxed{2}$, $y' = \\boxed{3}$", ["2", "3"]),
+        ("\\boxed{3}. Then x = \\boxed{5}", ["5"]),
+        ("\\boxed{3} \\sin x = \\boxed{5}", ["5"]),
         ("no box", []),
     ],
 )

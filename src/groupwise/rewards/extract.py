@@ -83,10 +83,13 @@ _CHOICE_PHRASE = re.compile(
 )
 _CHOICE_GOLD = re.compile(r"^\(?([A-E])\)?$")
 # What may stand between two boxes read as one answer: spacing, punctuation, math delimiters,
-# "and" / "or" (plain or in \\text{}). Anything else (" for part (a) and ") ends the group.
+# "and" / "or" (plain or in \\text{}), and the name the next box gives its value ("y_2 =", as
+# in "$y_1 = \\boxed{3}$ and $y_2 = \\boxed{4}$", which math-verify reads as one answer).
+# Anything else (" for part (a) and ") ends the group.
 _BOX_JOIN = re.compile(
     r"(?:\s|[,;&$]|\\[\[\]()]|\\q?quad\b|\\[,;:! ]"
-    r"|\\text\s*\{\s*(?:and|or|[,;])?\s*\}|\band\b|\bor\b)*\Z"
+    r"|\\text\s*\{\s*(?:and|or|[,;])?\s*\}|\band\b|\bor\b"
+    r"|(?<![A-Za-z\\])[A-Za-z](?:_\{?[A-Za-z0-9]{1,3}\}?)?'?\s*=)*\Z"
 )
 # LaTeX math in a text: a closed inline/display span or a command other than a box, \\text, \\$
 # and \\% ("it costs $5" is prose; "$\\frac13$" and "\\frac{10}{9}" are math).
