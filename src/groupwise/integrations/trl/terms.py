@@ -118,6 +118,26 @@ def reward_totals(rewards_per_func: Tensor, weights: Tensor) -> Tensor:
     return (rewards_per_func * weights.to(rewards_per_func)).nansum(dim=1)
 
 
+def correct_rows(
+    rewards_per_func: Tensor, correctness: Correctness | None, *, required: bool
+) -> Tensor | None:
+    """[B] bool: the rows the correctness reward calls correct; None without a correctness
+    reward, or when its column is not binary (0 or correct_value) and `required` is False (the
+    group-type metrics are then left out). Raises, naming the reward, when it is required."""
+    if correctness is None:
+        return None
+    column = rewards_per_func[:, correctness.index]
+    if is_binary(column, correctness.value):
+        return column == correctness.value
+    if required:
+        found = sorted({float(v) for v in column.unique()})
+        raise ValueError(
+            f"correctness reward '{correctness.name}' must return 0 or correct_value="
+            f"{correctness.value} for every completion; it returned {found}"
+        )
+    return None
+
+
 def batch_terms(
     rewards_per_func: Tensor,
     weights: Tensor,
@@ -153,17 +173,7 @@ def batch_terms(
     """
     needs_totals = estimator is not None or pairs is not None
     totals = reward_totals(rewards_per_func, weights) if needs_totals else None
-    correct = None
-    if correctness is not None:
-        column = rewards_per_func[:, correctness.index]
-        if is_binary(column, correctness.value):
-            correct = column == correctness.value
-        elif estimator is not None:
-            found = sorted({float(v) for v in column.unique()})
-            raise ValueError(
-                f"correctness reward '{correctness.name}' must return 0 or correct_value="
-                f"{correctness.value} for every completion; it returned {found}"
-            )
+    correct = correct_rows(rewards_per_func, correctness, required=estimator is not None)
     advantages = None
     pair_rewards = totals
     if estimator is not None:
