@@ -21,3 +21,16 @@ def data_dir() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"benchmark data not found at {SHARED_DATA} (expected ../shared/data)")
     return SHARED_DATA
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks by file: tests/test_trl_*.py need TRL (both environments have it), tests/
+    test_vllm_*.py need vLLM (only .venv-vllm has it: scripts/test.sh runs them there with
+    -m "trl or vllm", and deselects them in .venv with -m "not vllm"; never skipped). vLLM test
+    modules import vllm inside their fixtures, so that collecting them needs no vLLM."""
+    for item in items:
+        name = item.path.name
+        if name.startswith("test_trl_"):
+            item.add_marker(pytest.mark.trl)
+        elif name.startswith("test_vllm_"):
+            item.add_marker(pytest.mark.vllm)
