@@ -11,8 +11,9 @@ quickstart settings (G=8, 128 new tokens), 2 questions per step (16 completions,
 of 8):
 
 1. Fixed batch: one batch of rollouts is generated and scored once; then each algorithm's loss
-   + backward + optimizer update runs on it (Trainer.learn), the algorithms alternating,
-   and every call of the decoder is counted (the shared-prompt pass calls it twice per
+   + backward + optimizer update runs on it (Trainer.learn; one trainer per algorithm, all
+   starting from the same weights), the algorithms alternating, and every call of the decoder
+   is counted (the shared-prompt pass calls it twice per
    micro-batch: prompt, then completions). Same tokens for all, so the times compare exactly.
 2. Whole steps (generate, score, update), alternating; noisier (independent samples).
 
@@ -29,7 +30,6 @@ count is shown.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 import time
@@ -47,11 +47,11 @@ from common import (
 )
 
 ALGORITHMS = {
-    "grpo": {},
-    "amir-grpo": {"amir": True},
-    "lens": {"advantage": "lens"},
-    "amir-grpo + lens": {"amir": True, "advantage": "lens"},
-    "amir-grpo, reference": {"amir": True, "ref_free": False},
+    "grpo": [],
+    "amir-grpo": ["algorithm.amir=true"],
+    "lens": ["algorithm.advantage=lens"],
+    "amir-grpo + lens": ["algorithm.amir=true", "algorithm.advantage=lens"],
+    "amir-grpo, reference": ["algorithm.amir=true", "algorithm.ref_free=false"],
 }
 
 
@@ -81,13 +81,6 @@ def make_trainer(out: Path, extra: list[str]):
     return Trainer(config)
 
 
-def use_algorithm(trainer, base, name: str) -> None:
-    """Switch the trainer's algorithm options in place (same model, optimizer and data) to
-    `base` (the config's algorithm section, plain GRPO) with ALGORITHMS[name] applied: always
-    from `base`, so no option of the previously used algorithm carries over."""
-    trainer.use_algorithm(dataclasses.replace(base, **ALGORITHMS[name]))
-
-
 class DecoderCalls:
     """Counts forward calls of the transformer body (prompt and completion passes alike)."""
 
@@ -109,46 +102,45 @@ def main(argv: list[str] | None = None) -> None:
 
     load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="overhead-") as scratch:
-        trainer = make_trainer(Path(scratch), args.overrides)
-        calls = DecoderCalls(trainer.model)
-        cfg = trainer.config
-        base = cfg.algorithm
+        trainers = {name: make_trainer(Path(scratch) / str(number), [*args.overrides, *extra])
+                    for number, (name, extra) in enumerate(ALGORITHMS.items())}
+        calls = {name: DecoderCalls(trainer.model) for name, trainer in trainers.items()}
+        first = trainers["grpo"]
+        cfg = first.config
         import torch
 
         from groupwise.data import render_prompt
         from groupwise.rollout import SamplingParams
-        from groupwise.train.trainer import StepBatch
+        from groupwise.train.batch import ScoredBatch
 
-        problems = trainer.sampler.batch(0)
-        prompts = [render_prompt(p, cfg.data.prompt, trainer.tokenizer) for p in problems]
+        problems = first.sampler.batch(0)
+        prompts = [render_prompt(p, cfg.data.prompt, first.tokenizer) for p in problems]
         sampling = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, seed=0)
-        rollouts = trainer.generator.generate(prompts, cfg.rollout.group_size, sampling)
+        rollouts = first.generator.generate(prompts, cfg.rollout.group_size, sampling)
         golds = [p.answer for p in problems for _ in range(cfg.rollout.group_size)]
-        scores = trainer.rewards.score(rollouts.texts, golds)
+        scores = first.rewards.score(rollouts.texts, golds)
         tokens = int(rollouts.completion_mask.sum())
+        batch = ScoredBatch(rollouts, torch.arange(len(rollouts)), scores, rollouts.texts,
+                            rollouts.truncated)
         print(f"fixed batch: {len(rollouts)} completions, {tokens} tokens", flush=True)
 
         fixed: dict[str, list[float]] = {name: [] for name in ALGORITHMS}
         passes, pairs = {}, {}
         for round_ in range(args.rounds + 1):
-            for name in ALGORITHMS:
-                use_algorithm(trainer, base, name)
-                before = calls.count
+            for name, trainer in trainers.items():
+                before = calls[name].count
                 start = time.perf_counter()
-                batch = StepBatch(rollouts, torch.arange(len(rollouts)), scores,
-                                  rollouts.texts, rollouts.truncated)
-                trainer.learn(batch)
+                learned = trainer.learn(batch)
                 seconds = time.perf_counter() - start
-                passes[name] = calls.count - before
-                pairs[name] = batch.chosen.numel()
+                passes[name] = calls[name].count - before
+                pairs[name] = learned.targets.num_pairs
                 if round_ > 0:  # the first round warms up
                     fixed[name].append(seconds)
                 print(f"fixed batch, {name}: {seconds:.1f} s", flush=True)
 
         steps: dict[str, list[dict]] = {name: [] for name in ALGORITHMS}
         for _ in range(args.steps):
-            for name in ALGORITHMS:
-                use_algorithm(trainer, base, name)
+            for name, trainer in trainers.items():
                 metrics, _ = trainer.train_step()
                 trainer.step += 1
                 steps[name].append(metrics)

@@ -279,7 +279,8 @@ def test_print_config_shows_resolved_values(capsys) -> None:
     resolved = yaml.safe_load(printed)
     assert resolved["optim"]["lr"] == 3e-5 and resolved["model"]["name"] == "smollm2-135m-instruct"
     # every option comes with its documentation, and the output loads back as the same config
-    assert "  # beta_DPO, temperature of the pair logit z, > 0" in printed
+    assert "  # beta_DPO, temperature of the pair logit z" in printed
+    assert "Valid: > 0." in printed.split("beta_dpo:")[0].rsplit("beta_DPO", 1)[1]
     assert printed.count("\n  # ") >= sum(len(section) for section in resolved.values())
     assert config_from_dict(resolved) == load_config(
         REPO / "configs" / "quickstart.yaml", ["optim.lr=3e-5"]

@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from groupwise.rewards import Scores, Verdict
 from groupwise.rollout import Rollouts
 from groupwise.train.config import load_config
-from groupwise.train.trainer import StepBatch, Trainer
+from groupwise.train.batch import ScoredBatch
+from groupwise.train.step_metrics import step_metrics
+from groupwise.train.trainer import Trainer
 
 G = 2
 # Two prompts (the first left padded), two completions each, right padded to 4 tokens.
@@ -379,7 +381,7 @@ CASES = {
 
 def fixed_batch_trainer(
     tmp_path: Path, case: Case, correct: list[bool] = CORRECT
-) -> tuple[Trainer, StepBatch, list[torch.Tensor], list[torch.Tensor]]:
+) -> tuple[Trainer, ScoredBatch, list[torch.Tensor], list[torch.Tensor]]:
     """A tiny-random LoRA trainer with `case`'s options and a recording SGD optimizer, the fixed
     batch with `case`'s reward columns and `correct`, and the rollout and reference policies'
     log-probs of its rows."""
@@ -408,12 +410,12 @@ def fixed_batch_trainer(
             if "lora_B" in param_name:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
     recorder = SGDRecorder(trainer.params)
-    trainer.optimizer = recorder
+    trainer.updater.optimizer = recorder
     rollouts = Rollouts(
         PROMPT_IDS, PROMPT_MASK, COMPLETION_IDS, COMPLETION_MASK, ["a", "b", "c", "d"],
         torch.zeros(4, dtype=torch.bool), G,
     )
-    batch = StepBatch(rollouts, torch.arange(4), _scores(case.columns, correct), rollouts.texts,
+    batch = ScoredBatch(rollouts, torch.arange(4), _scores(case.columns, correct), rollouts.texts,
                       rollouts.truncated)
     with torch.no_grad():
         olds = [lp.detach() for lp in row_logps(model)]
@@ -426,9 +428,9 @@ def fixed_batch_trainer(
 def test_trainer_gradient_equals_the_direct_formula(tmp_path: Path, name: str) -> None:
     case = CASES[name]
     trainer, batch, olds, refs = fixed_batch_trainer(tmp_path, case)
-    model, recorder = trainer.model, trainer.optimizer
+    model, recorder = trainer.model, trainer.updater.optimizer
     LAMBDAS.clear()
-    metrics = trainer.learn(batch)
+    metrics = trainer.learn(batch).updates
 
     assert len(metrics) == len(recorder.grads) == case.updates
     for update in range(case.updates):
@@ -472,10 +474,11 @@ def test_all_wrong_gradient_share(
         columns={"binary": binary},
     )
     trainer, batch, olds, _ = fixed_batch_trainer(tmp_path, case, correct)
-    (metrics,) = trainer.learn(batch)
+    learned = trainer.learn(batch)
+    (metrics,) = learned.updates
 
     with torch.no_grad():
-        for p, w in zip(trainer.params, trainer.optimizer.weights[0], strict=True):
+        for p, w in zip(trainer.params, trainer.updater.optimizer.weights[0], strict=True):
             p.copy_(w)
     logps = row_logps(trainer.model)
     pbar = [math.exp(float(o.mean())) for o in olds]
@@ -493,7 +496,7 @@ def test_all_wrong_gradient_share(
     else:
         assert metrics["all_wrong_grad_share"] == pytest.approx(share, abs=1e-5)
     problems = [SimpleNamespace(id=f"q{q}", answer="1") for q in range(2)]
-    record, _ = trainer._step_record(problems, batch, [metrics], (0.0, 0.0, 0.0, 1.0))
+    record = step_metrics(1, 1, len(problems), batch, learned, 10, (0.0, 0.0, 0.0, 1.0))
     assert record["group_all_wrong_active"] == active
     assert record["all_wrong_grad_share"] == metrics["all_wrong_grad_share"]
 
@@ -521,11 +524,11 @@ def test_lens_rollout_logprobs_cost_no_pass_of_their_own_when_alone(
     calls = []
     forward = trainer._logprobs
     monkeypatch.setattr(trainer, "_logprobs", lambda *a: calls.append(1) or forward(*a))
-    trainer.learn(batch)
+    learned = trainer.learn(batch)
 
     # 2 micro-batches of one group each (2 training passes), plus the no-grad pass where needed
     assert len(calls) == passes
     pbar = [math.exp(float(o.mean())) for o in olds]
     binary = [float(c) for c in CORRECT]
     expected = lens_advantages(lens_rt(CORRECT, pbar), binary, CORRECT, "full")
-    torch.testing.assert_close(batch.advantages, torch.tensor(expected), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(learned.targets.advantages, torch.tensor(expected), atol=1e-6, rtol=1e-5)

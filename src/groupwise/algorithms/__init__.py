@@ -9,6 +9,10 @@ g*G .. g*G+G-1. What an engine calls (DESIGN.md, "One algorithm core, several en
 - at loss time, per row: `loss_terms` (clipped surrogate, KL, the AMIR term), weighted by
   `micro_batch_share`;
 - once per loss computation: `AdaptiveLambda`.
+
+`group_targets` (targets.py) is the advantage-time sequence in one call: estimator -> pairs on
+its reward totals -> coefficients. `AlgorithmOptions` (options.py) declares the options every
+engine shares, with defaults, ranges and documentation.
 """
 
 from groupwise.algorithms.advantages import (
@@ -30,6 +34,7 @@ from groupwise.algorithms.estimators import (
 )
 from groupwise.algorithms.logprobs import sequence_mean_logp, token_logprobs
 from groupwise.algorithms.objective import LossSettings, LossTerms, loss_terms, micro_batch_share
+from groupwise.algorithms.options import AlgorithmOptions
 from groupwise.algorithms.policy_loss import aggregate_token_losses, kl_k3, policy_loss
 from groupwise.algorithms.preference import (
     AdaptiveLambda,
@@ -39,6 +44,14 @@ from groupwise.algorithms.preference import (
     preference_loss,
     preference_surrogate,
 )
+from groupwise.algorithms.targets import (
+    GroupTargets,
+    PairlessWarning,
+    PairSettings,
+    group_targets,
+    largest_reward_gap,
+    unreachable_margin,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -46,15 +59,21 @@ __all__ = [
     "AdvantageEstimator",
     "AdvantageSettings",
     "Advantages",
+    "AlgorithmOptions",
     "GroupRewards",
+    "GroupTargets",
     "LossSettings",
     "LossTerms",
+    "PairSettings",
+    "PairlessWarning",
     "PreferenceTerms",
     "aggregate_token_losses",
     "get_advantage_estimator",
     "group_advantages",
+    "group_targets",
     "group_types",
     "kl_k3",
+    "largest_reward_gap",
     "lens_advantages",
     "lens_advantages_from_rewards",
     "lens_calibrated_total",
@@ -69,4 +88,5 @@ __all__ = [
     "register_advantage_estimator",
     "sequence_mean_logp",
     "token_logprobs",
+    "unreachable_margin",
 ]

@@ -76,6 +76,7 @@ class Advantages:
 
 
 EstimatorFn = Callable[[GroupRewards, AdvantageSettings], Advantages]
+GapFn = Callable[[float, float, int], float]
 
 
 @dataclass(frozen=True)
@@ -85,27 +86,37 @@ class AdvantageEstimator:
     per_group: a group's advantages and rewards depend on that group's rows alone, under every
     setting, so an engine may call it on any subset of whole groups (our trainer then computes
     them micro-batch by micro-batch from the training pass, with no pass of their own).
+    reward_gap: (largest gap of the reward totals, correct_reward, G) -> the largest gap of the
+    totals it returns (AMIR mines pairs on them); None when unknown. Engines use it to refuse
+    an AMIR margin no pair can exceed (targets.unreachable_margin_message).
     """
 
     name: str
     fn: EstimatorFn
     needs_rollout_logp: bool = False
     per_group: bool = False
+    reward_gap: GapFn | None = None
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
 
 
 def register_advantage_estimator(
-    name: str, *, needs_rollout_logp: bool = False, per_group: bool = False
+    name: str,
+    *,
+    needs_rollout_logp: bool = False,
+    per_group: bool = False,
+    reward_gap: GapFn | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator adding `fn(batch: GroupRewards, settings) -> Advantages` as `name`
-    (AdvantageEstimator: what the two flags declare)."""
+    (AdvantageEstimator: what the flags and reward_gap declare)."""
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_rollout_logp, per_group)
+        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(
+            name, fn, needs_rollout_logp, per_group, reward_gap
+        )
         return fn
 
     return decorator
@@ -119,7 +130,7 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
     return ADVANTAGE_ESTIMATORS[name]
 
 
-@register_advantage_estimator("grpo")
+@register_advantage_estimator("grpo", reward_gap=lambda gap, correct_reward, g: gap)
 def grpo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
     """GRPO: group-normalised reward totals (REFERENCE.md 1)."""
     advantages = group_advantages(
@@ -128,7 +139,13 @@ def grpo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantag
     return Advantages(advantages, batch.rewards)
 
 
-@register_advantage_estimator("lens", needs_rollout_logp=True, per_group=True)
+# LENS puts correct_reward x rt, in [-correct_reward / G, 0), in place of a wrong answer's 0
+@register_advantage_estimator(
+    "lens",
+    needs_rollout_logp=True,
+    per_group=True,
+    reward_gap=lambda gap, correct_reward, g: gap + abs(correct_reward) / g,
+)
 def lens_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
     """LENS (REFERENCE.md 3): calibrated correctness rt from the rollout policy's confidences,
     put in place of the correctness component inside the reward total, then LENS's rules per

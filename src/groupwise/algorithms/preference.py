@@ -6,9 +6,9 @@ REFERENCE.md section 2. Batches are group-major as in advantages.py.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -261,7 +261,13 @@ class AdaptiveLambda:
 
     When a batch has no preference pairs nothing is observed (REFERENCE: "No pairs -> L_pref
     = 0 and no update of lambda").
+
+    A rule that keeps lambda at a bound is not adapting: after BOUND_WARNING_UPDATES consecutive
+    updates that leave it at min_value or max_value, it warns once, naming the measure (with
+    "loss" on whole groups on-policy, L_GRPO is about 0 and lambda sinks to its floor).
     """
+
+    BOUND_WARNING_UPDATES = 20
 
     def __init__(
         self,
@@ -301,23 +307,11 @@ class AdaptiveLambda:
         self.min_value, self.max_value = min_value, max_value
         self.measure, self.every = measure, every
         self._value = init
+        self.bound_streak = 0
+        self._warned = False
 
 
-    @classmethod
-    def from_options(cls, options: Any) -> AdaptiveLambda:
-        """An AdaptiveLambda from an object with the config's lambda_* fields (groupwise's
-        algorithm section, GroupwiseGRPOConfig); lambda_every is 1 where it has none."""
-        return cls(
-            init=options.lambda_init,
-            low=options.lambda_low,
-            high=options.lambda_high,
-            up=options.lambda_up,
-            down=options.lambda_down,
-            min_value=options.lambda_min,
-            max_value=options.lambda_max,
-            measure=options.lambda_measure,
-            every=getattr(options, "lambda_every", 1),
-        )
+
     def measures_gradient(self, step: int) -> bool:
         """Whether the engine should keep grad L_pref apart at this step (measure "grad")."""
         return self.measure == "grad" and step % self.every == 0
@@ -357,7 +351,23 @@ class AdaptiveLambda:
             self._value = min(self.max_value, self.up * self._value)
         elif ratio > self.high:
             self._value = max(self.min_value, self.down * self._value)
+        at_bound = self._value in (self.min_value, self.max_value)
+        self.bound_streak = self.bound_streak + 1 if at_bound else 0
+        if self.bound_streak == self.BOUND_WARNING_UPDATES and not self._warned:
+            self._warned = True
+            warnings.warn(self._bound_message(), stacklevel=2)
         return self._value
+
+    def _bound_message(self) -> str:
+        floor = self._value == self.min_value
+        side, band = ("floor", f"above {self.high}") if floor else ("ceiling", f"below {self.low}")
+        why = (" (with the loss measure on-policy micro-batches of whole groups have L_GRPO "
+               "about 0, so the ratio is large)") if floor and self.measure == "loss" else ""
+        return (f"lambda_reg has sat at its {side} {self._value:g} for {self.bound_streak} "
+                f"consecutive updates of the rule: the measured ratio (measure "
+                f"{self.measure!r}) stays {band}{why}. The AMIR term's weight is then the bound, "
+                "not an adapted value; widen the bounds or choose another measure "
+                "(REFERENCE.md 2; this warning is shown once)")
 
     def state_dict(self) -> dict[str, float]:
         """The mutable state: {"value": lambda}. Settings come from the config, not from here."""

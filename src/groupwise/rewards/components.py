@@ -68,29 +68,38 @@ ComponentFn = Callable[[str, Verdict], float]
 @dataclass(frozen=True)
 class Component:
     """A named reward component. correct_value: for a correctness-type component, its value on
-    a correct answer (LENS rescales it, REFERENCE.md 3); None for the others."""
+    a correct answer (LENS rescales it, REFERENCE.md 3); None for the others. bounds: (lowest,
+    highest) value it can return, or None when unknown; AMIR-GRPO refuses a margin above the
+    reward's whole range (groupwise.algorithms.largest_reward_gap)."""
 
     name: str
     fn: ComponentFn
     correct_value: float | None = None
+    bounds: tuple[float, float] | None = None
 
 
 COMPONENTS: dict[str, Component] = {}
 
 
 def register_component(
-    name: str, *, correct_value: float | None = None, replace: bool = False
+    name: str,
+    *,
+    correct_value: float | None = None,
+    bounds: tuple[float, float] | None = None,
+    replace: bool = False,
 ) -> Callable[[ComponentFn], ComponentFn]:
     """Decorator adding `fn(completion, verdict) -> float` to the registry as `name`.
 
-    correct_value: see `Component`. A second registration of a name is an error unless
-    replace=True.
+    correct_value, bounds: see `Component`; a correctness component's bounds default to
+    (0, correct_value). A second registration of a name is an error unless replace=True.
     """
+    if bounds is None and correct_value is not None:
+        bounds = (0.0, correct_value)
 
     def decorator(fn: ComponentFn) -> ComponentFn:
         if name in COMPONENTS and not replace:
             raise ValueError(f"reward component {name!r} is already registered")
-        COMPONENTS[name] = Component(name, fn, correct_value)
+        COMPONENTS[name] = Component(name, fn, correct_value, bounds)
         return fn
 
     return decorator
@@ -225,27 +234,27 @@ def binary(completion: str, verdict: Verdict) -> float:
     return 1.0 if verdict.correct else 0.0
 
 
-@register_component("format")
+@register_component("format", bounds=(0.0, 0.5))
 def strict_format(completion: str, verdict: Verdict) -> float:
     """0.5 when the whole completion is the four AMIR-GRPO blocks in order, else 0 (ours)."""
     return 0.5 if matches_strict_format(completion) else 0.0
 
 
-@register_component("format_official")
+@register_component("format_official", bounds=(0.0, 0.5))
 def strict_format_official(completion: str, verdict: Verdict) -> float:
     """0.5 when the completion matches the official line-anchored format regex, else 0
     (`strict_format_reward_func_with_calib`)."""
     return 0.5 if matches_strict_format(completion, line_anchored=True) else 0.0
 
 
-@register_component("integer")
+@register_component("integer", bounds=(0.0, 0.2))
 def integer_answer(completion: str, verdict: Verdict) -> float:
     """0.2 when the extracted answer is an integer literal, else 0 (ours)."""
     extracted = verdict.extracted
     return 0.2 if extracted is not None and _INTEGER_ANSWER.match(extracted.strip()) else 0.0
 
 
-@register_component("integer_official")
+@register_component("integer_official", bounds=(0.0, 0.2))
 def integer_answer_official(completion: str, verdict: Verdict) -> float:
     """0.2 when a number can be read from the first closed `<answer>` block, else 0
     (`int_reward_func`: `extract_numeric_answer(extract_xml_answer(completion))`)."""
@@ -253,7 +262,7 @@ def integer_answer_official(completion: str, verdict: Verdict) -> float:
     return 0.2 if block is not None and official_numeric_answer(block) is not None else 0.0
 
 
-@register_component("tag_count")
+@register_component("tag_count", bounds=(-0.075, 0.2))
 def tag_count(completion: str, verdict: Verdict) -> float:
     """0.025 per tag present exactly once, minus the trailing-text penalty (max 0.2)."""
     # A product, not a running sum: 8 x 0.025 is exactly the float 0.2.
@@ -264,14 +273,14 @@ def tag_count(completion: str, verdict: Verdict) -> float:
     return score
 
 
-@register_component("calibration")
+@register_component("calibration", bounds=(0.0, 1.0))
 def calibration(completion: str, verdict: Verdict) -> float:
     """Brier complement 1 - (p - a)^2 of the stated confidence p (0.5 if missing; ours)."""
     p = parse_confidence(completion)
     return _brier(0.5 if p is None else p, verdict)
 
 
-@register_component("calibration_official")
+@register_component("calibration_official", bounds=(0.0, 1.0))
 def calibration_official(completion: str, verdict: Verdict) -> float:
     """Brier complement 1 - (p - a)^2 with p the official reading of the confidence
     (`brier_score` with `extract_confidence`; 0.5 if missing or not a bare number)."""

@@ -21,8 +21,10 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
+from groupwise.algorithms import get_advantage_estimator, unreachable_margin
+from groupwise.algorithms.options import AlgorithmOptions
 from groupwise.data import TEMPLATES, MixPart, benchmark_options, benchmark_splits
-from groupwise.rewards import checking_mode, component_names, correct_value
+from groupwise.rewards import checking_mode, component_names, correct_value, get_component
 
 DEFAULT_BENCHMARK = "gsm8k"
 
@@ -144,12 +146,12 @@ class RewardConfig:
 
 
 @dataclass
-class AlgorithmConfig:
-    """Advantages, the clipped surrogate, LENS and AMIR-GRPO (REFERENCE.md 1-3)."""
+class AlgorithmConfig(AlgorithmOptions):
+    """Advantages, the clipped surrogate, LENS and AMIR-GRPO (REFERENCE.md 1-3): the options
+    every engine shares (groupwise.algorithms.AlgorithmOptions: advantage, lens_*, amir,
+    beta_dpo, margin, pair_mode, max_pairs_per_group, ref_free, lambda_*), and those of
+    groupwise's own trainer below."""
 
-    advantage: Literal["grpo", "lens"] = "grpo"
-    """Advantage estimator, looked up by name in groupwise.algorithms.ADVANTAGE_ESTIMATORS:
-    grpo (group-normalised rewards, REFERENCE.md 1) | lens (calibrated negatives, 3)."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Std that divides GRPO advantages: group (papers), batch (TRL's option), none
     (Dr.GRPO). REFERENCE.md 1."""
@@ -178,52 +180,6 @@ class AlgorithmConfig:
     num_iterations: int = 1
     """Epochs over the rollout batch (TRL's mu): each replays every mini-batch once;
     1 = each row is used once. REFERENCE.md 1."""
-    lens_alpha: float = 0.25
-    """LENS: weight alpha of negative-group advantages, >= 0 (paper 0.25). REFERENCE.md 3."""
-    lens_mode: Literal["full", "mixed_only", "negative_only"] = "full"
-    """LENS ablations of paper App. D.2: full | mixed_only (negative groups get 0) |
-    negative_only (mixed groups use plain binary GRPO). REFERENCE.md 3."""
-    lens_difficulty: Literal["pbar", "sequence"] = "pbar"
-    """LENS's D_imp with the length-normalised confidence pbar (ours, the paper's paragraph
-    before Eq. 14) or the raw sequence probability (Eq. 14 as typeset). REFERENCE.md 3."""
-    amir: bool = False
-    """AMIR-GRPO: add the implicit-preference term lambda_reg * L_pref. REFERENCE.md 2."""
-    beta_dpo: float = 0.5
-    """beta_DPO, temperature of the pair logit z, > 0 (official code's CLI 0.5; its README's
-    Gemma run 0.2). REFERENCE.md 2."""
-    margin: float = 2.0
-    """delta_r, in reward units: a pair (i, j) needs r_i - r_j > margin, strictly (official
-    code 2.0 with its reward). REFERENCE.md 2."""
-    pair_mode: Literal["all", "topk"] = "all"
-    """all: every ordered pair above the margin (official default); topk: only pairs whose
-    preferred side is the group's top completion. REFERENCE.md 2."""
-    max_pairs_per_group: int | None = None
-    """Keep at most this many pairs per group, the largest reward gaps first; null = no cap
-    (official code's option). REFERENCE.md 2."""
-    ref_free: bool = True
-    """l_ref = 0 (official code's effective default); false = the frozen starting model
-    (LoRA adapter disabled) as reference. REFERENCE.md 2."""
-    lambda_init: float = 0.01
-    """Initial lambda_reg (official code 0.01). REFERENCE.md 2."""
-    lambda_low: float = 0.30
-    """Below this measured ratio lambda grows (official 0.30). REFERENCE.md 2."""
-    lambda_high: float = 0.70
-    """Above this measured ratio lambda shrinks (official 0.70). REFERENCE.md 2."""
-    lambda_up: float = 1.25
-    """Growth factor, > 1 (official 1.25). REFERENCE.md 2."""
-    lambda_down: float = 0.8
-    """Shrink factor, in (0, 1) (official 0.8). REFERENCE.md 2."""
-    lambda_min: float = 0.005
-    """Lower bound of lambda_reg (official 0.005). REFERENCE.md 2."""
-    lambda_max: float = 0.05
-    """Upper bound of lambda_reg (official 0.05). REFERENCE.md 2."""
-    lambda_measure: Literal["loss", "grad", "fixed"] = "loss"
-    """What the ratio measures: loss (official: lambda L_pref / L_GRPO on each loss
-    computation), grad (ours: ||lambda grad L_pref|| / ||grad L_GRPO||), fixed (no
-    adaptation). REFERENCE.md 2."""
-    lambda_every: int = 1
-    """With lambda_measure=grad: measure every N steps (each measure costs one more backward
-    pass of the preference term). Ours."""
 
 
 @dataclass
@@ -309,7 +265,6 @@ class Config:
             "train.save_every": self.train.save_every,
             "algorithm.num_iterations": self.algorithm.num_iterations,
             "algorithm.minibatches": self.algorithm.minibatches,
-            "algorithm.lambda_every": self.algorithm.lambda_every,
             "reward.workers": self.reward.workers,
             "model.lora_r": self.model.lora_r,
         }
@@ -386,14 +341,6 @@ def _check_ranges(c: Config) -> None:
         ("algorithm.eps_low", a.eps_low, 0.0 < a.eps_low < 1.0, "in (0, 1)"),
         ("algorithm.eps_high", a.eps_high, a.eps_high >= 0, ">= 0"),
         ("algorithm.kl_coef", a.kl_coef, a.kl_coef >= 0, ">= 0"),
-        ("algorithm.lens_alpha", a.lens_alpha, a.lens_alpha >= 0, ">= 0"),
-        ("algorithm.beta_dpo", a.beta_dpo, a.beta_dpo > 0, "> 0"),
-        ("algorithm.margin", a.margin, a.margin >= 0, ">= 0"),
-        ("algorithm.max_pairs_per_group", a.max_pairs_per_group,
-         a.max_pairs_per_group is None or a.max_pairs_per_group >= 1, ">= 1 (or null: all)"),
-        ("algorithm.lambda_min", a.lambda_min, a.lambda_min > 0, "> 0"),
-        ("algorithm.lambda_up", a.lambda_up, a.lambda_up > 1, "> 1"),
-        ("algorithm.lambda_down", a.lambda_down, 0 < a.lambda_down < 1, "in (0, 1)"),
         ("optim.lr", o.lr, o.lr > 0, "> 0"),
         ("optim.max_grad_norm", o.max_grad_norm, o.max_grad_norm > 0, "> 0"),
         ("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0"),
@@ -406,16 +353,10 @@ def _check_ranges(c: Config) -> None:
     for key, value, ok, valid in rules:
         if not ok:
             raise ConfigError(f"{key} must be {valid}, got {value}")
-    if not a.lambda_min <= a.lambda_init <= a.lambda_max:
-        raise ConfigError(
-            "algorithm.lambda_init must lie in [algorithm.lambda_min, algorithm.lambda_max] = "
-            f"[{a.lambda_min}, {a.lambda_max}], got {a.lambda_init}"
-        )
-    if not a.lambda_low < a.lambda_high:
-        raise ConfigError(
-            "algorithm.lambda_low must be < algorithm.lambda_high, got "
-            f"{a.lambda_low} and {a.lambda_high}"
-        )
+    try:
+        a.check(lambda name: f"algorithm.{name}")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _check_device(device: str) -> None:
@@ -499,6 +440,28 @@ def _check_rewards(c: Config) -> None:
             correct_value(component)
         except ValueError as error:
             raise ConfigError(f"reward.correctness_component: {error}") from None
+    if c.algorithm.amir:
+        _check_margin(c)
+
+
+def _check_margin(c: Config) -> None:
+    """Refuse an AMIR margin that no two completions' rewards can exceed (issue: an AMIR term
+    silently absent); the components' declared bounds make it knowable (REFERENCE.md 2)."""
+    weights = c.reward.weights
+    components = [get_component(name) for name in weights]
+    component = c.reward.correctness_component
+    value = get_component(component).correct_value if component in weights else None
+    problem = unreachable_margin(
+        c.algorithm.margin,
+        get_advantage_estimator(c.algorithm.advantage),
+        [part.bounds for part in components],
+        [weights[part.name] for part in components],
+        weights[component] * value if value is not None else 0.0,
+        c.rollout.group_size,
+        option="algorithm.margin",
+    )
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _check_data(d: DataConfig) -> None:
@@ -708,7 +671,22 @@ def save_config(config: Config, path: str | Path) -> None:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """{field: the docstring under its declaration} of one of the config dataclasses above."""
+    """{field: its documentation} of one of the config dataclasses above: the field's metadata
+    "doc" (fields declared with groupwise.algorithms.options.option), else the docstring under
+    its declaration in the class or a base class."""
+    docs = {}
+    for base in reversed(cls.__mro__[:-1]):
+        if dataclasses.is_dataclass(base):
+            docs.update(_declaration_docs(base))
+    for spec in dataclasses.fields(cls):
+        if spec.metadata.get("doc"):
+            valid = spec.metadata.get("valid")
+            docs[spec.name] = spec.metadata["doc"] + (f" Valid: {valid}." if valid else "")
+    return docs
+
+
+def _declaration_docs(cls: type) -> dict[str, str]:
+    """{field: the docstring under its declaration} in the class body of `cls`."""
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body
     docs = {}

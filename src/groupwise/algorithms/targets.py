@@ -1,0 +1,184 @@
+"""A batch's targets: what every engine computes where whole groups are visible (REFERENCE.md 1-3).
+
+The one place of the sequence
+
+    GroupRewards -> advantage estimator -> AMIR pairs mined on the estimator's reward totals
+                 -> AMIR's per-completion coefficients at the rollout policy
+
+that groupwise's trainer and the TRL adapter both call (`group_targets`). An engine then adds
+`loss_terms` per row (objective.py) with the targets' advantages and coefficients.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from groupwise.algorithms.estimators import AdvantageEstimator, AdvantageSettings, GroupRewards
+from groupwise.algorithms.preference import mine_pairs, preference_coefficients
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    """AMIR-GRPO's pair mining and preference term (REFERENCE.md 2): delta_r (reward units),
+    pair mode ("all" | "topk"), the per-group cap and beta_DPO."""
+
+    margin: float
+    mode: str = "all"
+    max_pairs_per_group: int | None = None
+    beta: float = 0.5
+
+
+@dataclass(frozen=True)
+class GroupTargets:
+    """The targets of B completions (whole groups, group-major).
+
+    advantages: [B] the estimator's advantages.
+    rewards: [B] the reward totals they were computed from (LENS-calibrated under LENS); AMIR's
+        pairs are mined on them.
+    chosen, rejected: [P] AMIR pairs as row indices into these B rows (empty without AMIR).
+    coefficients: [B] AMIR's c_k = dL_pref/dl_k at the rollout policy; None without AMIR, or
+        until the rollout policy's l(q, o) is known (`with_coefficients`).
+    pair_losses: [P] -log sigmoid(z_p) of each pair at the rollout policy (nats).
+    logp_margins: [P] l_old(chosen) - l_old(rejected) of each pair (nats per token).
+    """
+
+    advantages: Tensor
+    rewards: Tensor
+    chosen: Tensor
+    rejected: Tensor
+    coefficients: Tensor | None = None
+    pair_losses: Tensor | None = None
+    logp_margins: Tensor | None = None
+
+    @property
+    def num_pairs(self) -> int:
+        return self.chosen.numel()
+
+    def with_coefficients(self, mean_logp_old: Tensor, ref_mean_logp: Tensor | None,
+                          beta: float, num_pairs: int | None = None) -> GroupTargets:
+        """These targets with AMIR's coefficients from the rollout policy's l(q, o) [B] (and
+        l_ref [B], or None: reference-free); num_pairs normalises L_pref (default: these rows'
+        pairs; pass the update's count when these rows are a part of it). REFERENCE.md 2."""
+        terms = preference_coefficients(mean_logp_old, ref_mean_logp, self.chosen,
+                                        self.rejected, beta, num_pairs=num_pairs)
+        return replace(self, coefficients=terms.coefficients, pair_losses=terms.pair_losses,
+                       logp_margins=terms.logp_margins)
+
+    def select(self, rows: Tensor) -> GroupTargets:
+        """The targets of `rows` ([b] row indices forming whole groups, in order), with the
+        pairs inside them re-indexed into those b rows (pairs never cross groups)."""
+        position = torch.full((self.advantages.numel(),), -1, dtype=torch.long)
+        position[rows] = torch.arange(rows.numel())
+        inside = position[self.chosen] >= 0
+        pairs_only = (self.pair_losses, self.logp_margins)
+        return GroupTargets(
+            self.advantages[rows], self.rewards[rows], position[self.chosen[inside]],
+            position[self.rejected[inside]],
+            None if self.coefficients is None else self.coefficients[rows],
+            *(None if t is None else t[inside] for t in pairs_only),
+        )
+
+
+def group_targets(batch: GroupRewards, estimator: AdvantageEstimator,
+                  settings: AdvantageSettings, pairs: PairSettings | None = None, *,
+                  ref_mean_logp: Tensor | None = None,
+                  coefficients: bool = True) -> GroupTargets:
+    """Advantages, AMIR pairs and AMIR coefficients of a batch of whole groups (REFERENCE.md
+    1-3; "AMIR-GRPO + LENS together": pairs are mined on the estimator's reward totals).
+
+    Args:
+        batch: the rewards, correctness and (where needed) rollout l(q, o) of the B rows.
+        estimator: the advantage estimator (get_advantage_estimator).
+        settings: its AdvantageSettings.
+        pairs: AMIR-GRPO's PairSettings, or None without AMIR.
+        ref_mean_logp: [B] l_ref under the reference policy, or None (reference-free).
+        coefficients: compute AMIR's coefficients here, from batch.mean_logp_old, with L_pref
+            averaged over these rows' pairs. False leaves them to `with_coefficients`, for an
+            engine that measures l(q, o) later or averages over each update's pairs
+            (groupwise's trainer: micro-batch by micro-batch).
+
+    Returns:
+        GroupTargets.
+    """
+    if estimator.needs_rollout_logp and batch.mean_logp_old is None:
+        raise ValueError(f"advantage estimator '{estimator.name}' needs mean_logp_old")
+    result = estimator.fn(batch, settings)
+    empty = torch.zeros(0, dtype=torch.long, device=result.rewards.device)
+    targets = GroupTargets(result.advantages, result.rewards, empty, empty)
+    if pairs is None:
+        return targets
+    chosen, rejected = mine_pairs(result.rewards, batch.group_size, pairs.margin,
+                                  mode=pairs.mode, max_pairs_per_group=pairs.max_pairs_per_group)
+    targets = replace(targets, chosen=chosen, rejected=rejected)
+    if not coefficients:
+        return targets
+    if batch.mean_logp_old is None:
+        raise ValueError("AMIR-GRPO's coefficients need mean_logp_old, the rollout policy's "
+                         "l(q, o)")
+    return targets.with_coefficients(batch.mean_logp_old, ref_mean_logp, pairs.beta)
+
+
+def largest_reward_gap(ranges: list[tuple[float, float] | None], weights: list[float]
+                       ) -> float | None:
+    """The largest difference two completions' weighted reward totals can have: the sum of
+    |weight| x (max - min) over the reward's parts; None when some part's range is unknown."""
+    if any(r is None for r in ranges):
+        return None
+    return sum(abs(w) * (high - low) for (low, high), w in zip(ranges, weights, strict=True))
+
+
+def unreachable_margin(margin: float, estimator: AdvantageEstimator,
+                       ranges: list[tuple[float, float] | None], weights: list[float],
+                       correct_reward: float, group_size: int, option: str = "margin"
+                       ) -> str | None:
+    """Why AMIR-GRPO can never mine a pair, or None when it can or it is unknowable.
+
+    Pairs need r_i - r_j > margin, strictly, on the estimator's reward totals (REFERENCE.md 2),
+    so a margin at or above their largest possible gap leaves AMIR's term absent for the whole
+    run. ranges, weights: each reward part's (min, max) (None: unknown) and weight;
+    correct_reward: what the correctness part adds for a correct answer (weight x value);
+    the estimator's `reward_gap` says how its totals widen the gap (LENS: + correct_reward/G);
+    option: the margin's name as the user typed it, for the message.
+    """
+    gap = largest_reward_gap(ranges, weights)
+    if gap is None or estimator.reward_gap is None:
+        return None
+    gap = estimator.reward_gap(gap, correct_reward, group_size)
+    if margin < gap:
+        return None
+    return (f"{option}={margin:g} is not below {gap:g}, the largest gap two completions' rewards "
+            "can have "
+            f"(under the '{estimator.name}' estimator): AMIR-GRPO would mine no preference pair "
+            "and its term would be absent. Set it below the reward's range (with a 0/1 "
+            "correctness reward, e.g. 0.5)")
+
+
+class PairlessWarning:
+    """Warns once when a batch has groups whose rewards differ but AMIR mined no pair in it:
+    the margin is larger than every reward gap the batch shows (REFERENCE.md 2)."""
+
+    def __init__(self, margin: float, option: str = "margin") -> None:
+        self.margin, self.option = margin, option
+        self.warned = False
+
+    def observe(self, targets: GroupTargets, group_size: int) -> None:
+        if self.warned or targets.num_pairs > 0:
+            return
+        grouped = targets.rewards.reshape(-1, group_size)
+        gaps = grouped.max(dim=1).values - grouped.min(dim=1).values
+        differing = int((gaps > 0).sum())
+        if differing == 0:
+            return
+        self.warned = True
+        warnings.warn(
+            f"AMIR-GRPO mined no preference pair in {differing} group(s) whose rewards differ: "
+            f"the largest reward gap in a group was {float(gaps.max()):.4g}, not above "
+            f"{self.option}={self.margin:g}; AMIR's term is absent until a gap exceeds it. Lower "
+            f"{self.option} below the reward's gaps (this warning is shown once)",
+            stacklevel=3,
+        )
+

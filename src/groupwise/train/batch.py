@@ -1,0 +1,113 @@
+"""A step's scored batch, as the trainer holds it between scoring and the updates.
+
+The whole batch holds every process's B completions in question order (group-major: the G
+completions of question q are rows q*G .. q*G+G-1); each process generated and trains on its
+own rows of it (`ScoredBatch.rows`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from groupwise.algorithms import GroupRewards, GroupTargets
+from groupwise.rewards import Scores
+from groupwise.rollout import Rollouts
+
+
+@dataclass(frozen=True)
+class ScoredBatch:
+    """One step's rollouts and the whole batch's rewards.
+
+    rollouts: this process's b completions. rows: [b] their rows in the whole batch.
+    scores: the whole batch's rewards ([B] columns, total, correct). texts: the whole batch's B
+    completions. truncated: [B] bool, completions cut at max_new_tokens.
+    """
+
+    rollouts: Rollouts
+    rows: torch.Tensor
+    scores: Scores
+    texts: list[str]
+    truncated: torch.Tensor
+
+    def group_rewards(
+        self,
+        rows: slice | torch.Tensor,
+        group_size: int,
+        correctness: tuple[torch.Tensor, float],
+        mean_logp_old: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> GroupRewards:
+        """What an advantage estimator sees of the whole batch's `rows` (whole groups).
+
+        correctness: ([B] the correctness component's weighted column, its weighted value on a
+        correct answer). mean_logp_old, lengths: [rows] the rollout l(q, o) and completion
+        lengths, or None where the estimator needs none."""
+        column, correct_reward = correctness
+        return GroupRewards(
+            rewards=self.scores.total[rows].float(),
+            correct=self.scores.correct[rows],
+            group_size=group_size,
+            correctness=column[rows].float(),
+            correct_reward=correct_reward,
+            mean_logp_old=mean_logp_old,
+            lengths=lengths,
+        )
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What the updates of a step computed: the whole batch's targets (advantages [B], reward
+    totals [B], AMIR pairs as whole-batch rows) and each update's metrics."""
+
+    targets: GroupTargets
+    updates: list[dict[str, float]]
+
+
+class RolloutLogprobs:
+    """Per-token log-probs of this process's rows under the rollout policy, [b, T] (detached).
+
+    A row's values are recorded once: by the no-grad pass after the rollout, or by the first
+    training forward pass of the step, which runs at the rollout policy (no update yet).
+    """
+
+    def __init__(self, rows: int, length: int) -> None:
+        self.values = torch.zeros(rows, length)
+        self.recorded = torch.zeros(rows, dtype=torch.bool)
+
+    def record(self, rows: slice, logp: torch.Tensor) -> None:
+        """Keep logp [rows, T] for the rows not recorded yet."""
+        new = ~self.recorded[rows]
+        self.values[rows][new] = logp.detach().to(self.values)[new.to(logp.device)].cpu()
+        self.recorded[rows] = True
+
+    def of(self, rows: slice) -> torch.Tensor:
+        """[rows, T]; every row must have been recorded."""
+        if not bool(self.recorded[rows].all()):
+            raise RuntimeError("rollout-policy log-probs of these rows were never recorded")
+        return self.values[rows]
+
+
+def concat_scores(parts: list[Scores]) -> Scores:
+    """The Scores of several slices of a batch (one per process, in rank order) as one."""
+    if len(parts) == 1:
+        return parts[0]
+    return Scores(
+        columns={k: torch.cat([p.columns[k] for p in parts]) for k in parts[0].columns},
+        weights=parts[0].weights,
+        total=torch.cat([p.total for p in parts]),
+        correct=torch.cat([p.correct for p in parts]),
+        verdicts=[v for p in parts for v in p.verdicts],
+    )
+
+
+def take_scores(scores: Scores, order: torch.Tensor) -> Scores:
+    """The rows `order` of scores, in that order."""
+    return Scores(
+        columns={k: v[order] for k, v in scores.columns.items()},
+        weights=scores.weights,
+        total=scores.total[order],
+        correct=scores.correct[order],
+        verdicts=[scores.verdicts[i] for i in order.tolist()],
+    )

@@ -1,0 +1,76 @@
+"""One optimizer update: micro-batch losses -> backward -> all-reduce -> clip -> step.
+
+The caller hands over each micro-batch's loss already weighted by its share of the update's
+global batch (groupwise.algorithms.micro_batch_share), so the summed gradients of the
+micro-batches and processes are the gradient of the whole update (REFERENCE.md 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from groupwise.errors import check_finite
+from groupwise.train.distributed import Distributed
+from groupwise.train.probes import GradientProbe
+
+
+@dataclass(frozen=True)
+class MicroBatchLoss:
+    """loss: the micro-batch's part of the update's loss (a scalar with gradient).
+    metrics: its part of the update's metrics, each already a share of a global count (summed
+    over micro-batches and processes)."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float]
+
+
+class Updater:
+    """The trainable parameters' optimizer, schedule and gradient clipping, over processes.
+
+    step: the run's step (1-based) for error messages; hint: what to do about a non-finite
+    value (both callables, read when needed)."""
+
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        dist: Distributed,
+        max_grad_norm: float,
+        step: Callable[[], int],
+        hint: Callable[[], str],
+    ) -> None:
+        self.params, self.optimizer, self.scheduler = params, optimizer, scheduler
+        self.dist, self.max_grad_norm = dist, max_grad_norm
+        self.step, self.hint = step, hint
+
+    def update(
+        self, micro_batches: Iterable[MicroBatchLoss], probes: Sequence[GradientProbe] = ()
+    ) -> dict[str, float]:
+        """Backward every micro-batch's loss as it comes, sum the gradients (and the probes'
+        buffers) over processes in one all-reduce, clip, step. Returns the update's metrics:
+        the micro-batches' sums, grad_norm (before clipping), learning_rate and the probes'."""
+        sums: dict[str, float] = {}
+        for micro in micro_batches:
+            check_finite(micro.loss.detach(), "loss", step=self.step(), hint=self.hint())
+            micro.loss.backward()
+            for key, value in micro.metrics.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        self.dist.sum_gradients(self.params, [b for probe in probes for b in probe.buffers])
+        for probe in probes:
+            probe.before_clip()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+        diagnostics = {k: v for probe in probes for k, v in probe.after_clip(grad_norm).items()}
+        # The norm is the same on every process (after the all-reduce): all stop together,
+        # before the step, so the weights and the last checkpoint stay as they were.
+        check_finite(grad_norm, "gradient norm", step=self.step(), hint=self.hint())
+        learning_rate = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        keys = sorted(sums)  # the same keys in the same order on every process
+        totals = dict(zip(keys, self.dist.sum([sums[k] for k in keys]), strict=True))
+        return {**totals, "grad_norm": grad_norm, "learning_rate": learning_rate, **diagnostics}
