@@ -64,9 +64,9 @@ from common import (
 
 VARIANTS = {
     "trl": None,  # TRL's own GRPOTrainer
-    "amir": {"amir": True, "margin": 0.1},
-    "lens": {"advantage": "lens"},
-    "amir+lens": {"amir": True, "margin": 0.1, "advantage": "lens"},
+    "amir": {"amir": True, "amir_margin": 0.1},
+    "lens": {"advantage_estimator": "lens"},
+    "amir+lens": {"amir": True, "amir_margin": 0.1, "advantage_estimator": "lens"},
 }
 
 
@@ -145,7 +145,7 @@ def build(name: str, args: argparse.Namespace, out: Path, callback: Any) -> Any:
     }
     if VARIANTS[name] is None:
         return GRPOTrainer(args=GRPOConfig(**settings), **common)
-    options = {"correctness_reward": "correctness", "correct_value": 2.0, **VARIANTS[name]}
+    options = {"correctness_reward": "correctness", "correctness_value": 2.0, **VARIANTS[name]}
     return TimedGroupwise(args=GroupwiseGRPOConfig(**settings, **options), **common)
 
 

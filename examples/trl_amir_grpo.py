@@ -1,20 +1,20 @@
 """AMIR-GRPO, LENS or both with TRL's GRPOTrainer: a complete script to copy.
 
 Every GroupwiseGRPOConfig option (TRL's GRPOConfig plus groupwise's AMIR-GRPO and LENS options:
---amir, --advantage lens, --beta_dpo, --margin, --lens_alpha, ...) is a command-line flag, as in
-TRL's own example scripts; `--help` lists them with their documentation. Without --amir and
---advantage it is plain TRL GRPO.
+--amir, --advantage_estimator lens, --amir_beta, --amir_margin, --lens_alpha, ...) is a
+command-line flag, as in TRL's own example scripts; `--help` lists them with their
+documentation. Without --amir and --advantage_estimator it is plain TRL GRPO.
 
 On a CPU, offline, with the SmolLM2-135M-Instruct that groupwise embeds and GSM8K from the
 shared data folder (GROUPWISE_DATA or ../shared/data):
 
-    python examples/trl_amir_grpo.py --amir --margin 0.1 --max_steps 2 \
+    python examples/trl_amir_grpo.py --amir --amir_margin 0.1 --max_steps 2 \
         --max_completion_length 64 --bf16 false --gradient_checkpointing false \
         --output_dir runs/trl-example --report_to none
-    python examples/trl_amir_grpo.py --advantage lens --rewards lens ...   # LENS
-    python examples/trl_amir_grpo.py --amir --advantage lens ...           # both
+    python examples/trl_amir_grpo.py --advantage_estimator lens --rewards lens ...   # LENS
+    python examples/trl_amir_grpo.py --amir --advantage_estimator lens ...           # both
 
-(--margin 0.1 only so that the untrained model's groups have preference pairs; the official
+(--amir_margin 0.1 only so that the untrained model's groups have preference pairs; the official
 margin is 2.0 with the AMIR-GRPO reward.) On GPUs, with vLLM and DeepSpeed / FSDP: see the
 README section "Use with TRL" and the accelerate configs in examples/accelerate/.
 
@@ -94,9 +94,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, Groupwis
 def main(argv: list[str] | None = None) -> GroupwiseGRPOTrainer:
     """Train as the flags say; returns the trainer (its state holds the logged metrics)."""
     script, training_args = parse_args(argv)
-    weights, checking, correctness, correct_value = REWARDS[script.rewards]
+    weights, checking, correctness, value = REWARDS[script.rewards]
     if training_args.correctness_reward is None:
-        training_args.correctness_reward, training_args.correct_value = correctness, correct_value
+        training_args.correctness_reward, training_args.correctness_value = correctness, value
     funcs, reward_weights = reward_functions(weights, checking=checking)
     training_args.reward_weights = reward_weights
 

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from groupwise.rewards import Scores, Verdict
 from groupwise.rollout import Rollouts
-from groupwise.train.config import load_config
 from groupwise.train.batch import ScoredBatch
+from groupwise.train.config import load_config
 from groupwise.train.step_metrics import step_metrics
 from groupwise.train.trainer import Trainer
 
@@ -531,4 +531,6 @@ def test_lens_rollout_logprobs_cost_no_pass_of_their_own_when_alone(
     pbar = [math.exp(float(o.mean())) for o in olds]
     binary = [float(c) for c in CORRECT]
     expected = lens_advantages(lens_rt(CORRECT, pbar), binary, CORRECT, "full")
-    torch.testing.assert_close(learned.targets.advantages, torch.tensor(expected), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        learned.targets.advantages, torch.tensor(expected), atol=1e-6, rtol=1e-5
+    )

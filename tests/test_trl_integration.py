@@ -42,8 +42,8 @@ B = len(fx.COMPLETIONS)
 ALGORITHMS = {
     "grpo": {},
     "amir": {"amir": True},
-    "lens": {"advantage": "lens"},
-    "amir+lens": {"amir": True, "advantage": "lens"},
+    "lens": {"advantage_estimator": "lens"},
+    "amir+lens": {"amir": True, "advantage_estimator": "lens"},
 }
 
 
@@ -135,7 +135,7 @@ def spread_reward(prompts, completions, completion_ids, **_):
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_train_steps_of_every_algorithm(tmp_path: Path, name: str) -> None:
-    options = {**ALGORITHMS[name], "correctness_reward": "sum_reward", "margin": 0.1}
+    options = {**ALGORITHMS[name], "correctness_reward": "sum_reward", "amir_margin": 0.1}
     model, tokenizer = fx.tiny_model()
     before = [p.detach().clone() for p in model.parameters()]
     args = fx.config(tmp_path, max_steps=2, optim="adamw_torch", learning_rate=1e-3, **options)
@@ -151,6 +151,9 @@ def test_train_steps_of_every_algorithm(tmp_path: Path, name: str) -> None:
     assert len(logs) == 2
     assert all(math.isfinite(entry["loss"]) and entry["grad_norm"] > 0 for entry in logs)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    if name == "grpo":  # AMIR and LENS off: TRL's own logs, nothing of groupwise's
+        assert not [key for key in logs[-1] if key.startswith(("groups/", "amir/"))]
+        return
     fractions = [logs[-1][f"groups/{k}"] for k in ("all_correct", "all_wrong", "mixed")]
     assert all(0 <= f <= 1 for f in fractions) and sum(fractions) == pytest.approx(1)
     if "amir" in name:
@@ -274,13 +277,15 @@ def first_micro_batch_lambda(initial, tokenizer, rows: list[int]) -> float:
 
 GRADIENT_CASES = {
     # name: (options, scale of the AMIR term per optimizer step)
-    "amir, fixed lambda": ({"amir": True, "lambda_measure": "fixed", "lambda_init": 0.05}, 1.0),
-    "lens": ({"advantage": "lens", "per_device_train_batch_size": 12,
+    "amir, fixed lambda": (
+        {"amir": True, "amir_lambda_measure": "fixed", "amir_lambda_init": 0.05}, 1.0
+    ),
+    "lens": ({"advantage_estimator": "lens", "per_device_train_batch_size": 12,
               "gradient_accumulation_steps": 1}, 1.0),
     # a generation batch over 2 optimizer steps (TRL's old log-probs; the first step sees half
     # the rows, so its AMIR term counts twice); lambda from the first micro-batch's loss
     "amir+lens, 2 steps per generation": (
-        {"amir": True, "advantage": "lens", "per_device_train_batch_size": 3,
+        {"amir": True, "advantage_estimator": "lens", "per_device_train_batch_size": 3,
          "steps_per_generation": 4},
         2.0,
     ),
@@ -290,14 +295,14 @@ GRADIENT_CASES = {
 @pytest.mark.parametrize("case", list(GRADIENT_CASES))
 def test_gradient_equals_the_written_out_objective(tmp_path: Path, case: str) -> None:
     options, scale = GRADIENT_CASES[case]
-    amir, lens = options.get("amir", False), options.get("advantage") == "lens"
+    amir, lens = options.get("amir", False), options.get("advantage_estimator") == "lens"
     trainer, initial, grads = fx.trainer(tmp_path, **options)
     trainer.train()
     step = trainer.seen[: trainer.args.gradient_accumulation_steps]
     step_rows = [r for s in step for r in s["rows"]]
     tokenizer = trainer.processing_class
     lam = trainer.seen[0]["lambda"] if amir else 0.0
-    if amir and options.get("lambda_measure") == "fixed":
+    if amir and options.get("amir_lambda_measure") == "fixed":
         assert lam == 0.05
     elif amir:
         assert lam == pytest.approx(first_micro_batch_lambda(initial, tokenizer, step[0]["rows"]))
@@ -317,7 +322,7 @@ class PlainTRL(fx.FixedCompletions, GRPOTrainer):
 
 def test_amir_gradient_is_trls_grpo_gradient_plus_lambda_preference(tmp_path: Path) -> None:
     # TRL's default loss ("dapo"), one optimizer step over 2 micro-batches of 6 rows.
-    options = {"loss_type": "dapo", "lambda_measure": "fixed", "lambda_init": 0.05}
+    options = {"loss_type": "dapo", "amir_lambda_measure": "fixed", "amir_lambda_init": 0.05}
     ours, initial, ours_grads = fx.trainer(tmp_path / "groupwise", amir=True, **options)
     ours.train()
     plain_args = fx.trl_config(tmp_path / "trl", loss_type="dapo")
@@ -439,13 +444,13 @@ def test_reward_functions_are_groupwises_components(checking: str) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"advantage": "nope"}, "registered: grpo, lens"),
-        ({"lambda_measure": "grad"}, "two backward passes"),
-        ({"advantage": "lens", "scale_rewards": "batch"}, "scale_rewards='group'"),
+        ({"advantage_estimator": "nope"}, "registered: grpo, lens"),
+        ({"amir_lambda_measure": "grad"}, "second backward pass"),
+        ({"advantage_estimator": "lens", "scale_rewards": "batch"}, "scale_rewards='group'"),
         ({"amir": True, "mask_truncated_completions": True}, "mask_truncated_completions"),
         ({"amir": True, "multi_objective_aggregation": "normalize_then_sum"}, "sum_then_normalize"),
-        ({"lambda_low": 0.8}, "lambda_\\* options"),
-        ({"pair_mode": "best"}, "pair_mode='best'"),
+        ({"amir_lambda_low": 0.8}, "amir_lambda_low must be < amir_lambda_high"),
+        ({"amir_pair_mode": "best"}, "pair_mode='best'"),
     ],
 )
 def test_config_errors_name_the_option(tmp_path: Path, options: dict, message: str) -> None:
@@ -455,7 +460,7 @@ def test_config_errors_name_the_option(tmp_path: Path, options: dict, message: s
 
 def test_lens_needs_to_know_the_correctness_reward(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"correctness_reward to one of \['correct', 'bonus'\]"):
-        fx.trainer(tmp_path, advantage="lens", correctness_reward=None)
+        fx.trainer(tmp_path, advantage_estimator="lens", correctness_reward=None)
     with pytest.raises(TypeError, match="GroupwiseGRPOConfig"):
         GroupwiseGRPOTrainer(
             model=fx.tiny_model()[0],
@@ -482,14 +487,15 @@ def _example():
 
 def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
     example = _example()
-    _, args = example.parse_args(["--amir", "--advantage", "lens", "--bf16", "false"])
-    assert (args.amir, args.advantage, args.loss_type, args.max_grad_norm) == (
+    _, args = example.parse_args(["--amir", "--advantage_estimator", "lens", "--bf16", "false"])
+    assert (args.amir, args.advantage_estimator, args.loss_type, args.max_grad_norm) == (
         True, "lens", "grpo", 0.1
     )
     trainer = example.main(
         [
             *("--model_name_or_path", "tiny-random", "--data_dir", str(data_dir)),
-            *("--amir", "--advantage", "lens", "--margin", "0.1", "--max_steps", "1"),
+            *("--amir", "--advantage_estimator", "lens", "--amir_margin", "0.1"),
+            *("--max_steps", "1"),
             *("--num_generations", "2", "--per_device_train_batch_size", "2"),
             *("--max_completion_length", "4", "--bf16", "false", "--use_cpu", "true"),
             *("--gradient_checkpointing", "false", "--report_to", "none"),
@@ -497,7 +503,8 @@ def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
         ]
     )
     log = trainer.state.log_history[0]
-    assert trainer.args.correctness_reward == "correctness" and trainer.args.correct_value == 2.0
+    assert trainer.args.correctness_reward == "correctness"
+    assert trainer.args.correctness_value == 2.0
     assert [f.__name__ for f in trainer.reward_funcs] == [
         "correctness", "format_official", "integer_official", "tag_count", "calibration_official"
     ]
@@ -524,36 +531,48 @@ def test_accelerate_configs_load() -> None:
 # The batch math's errors (terms.py, no TRL run)
 
 
-def test_batch_terms_refuse_what_the_core_cannot_use() -> None:
+def test_trl_reward_columns_map_onto_the_core() -> None:
+    from groupwise.algorithms import PairSettings, group_targets
     from groupwise.integrations.trl.terms import (
         Correctness,
-        PairSettings,
-        batch_terms,
+        group_rewards,
         resolve_correctness,
+        scorable_rows,
     )
 
-    lens = get_advantage_estimator("lens")
     weights = torch.ones(2)
     correctness = resolve_correctness(["correct", "bonus"], weights, "correct", 1.0, True)
     assert correctness == Correctness(0, "correct", 1.0, 1.0)
     assert resolve_correctness(["only"], weights[:1], None, 2.0, True).value == 2.0
+    # not needed (no LENS) and not named: not guessed, so a non-binary reward is never checked
+    assert resolve_correctness(["only"], weights[:1], None, 2.0, False) is None
     assert resolve_correctness(["a", "b"], weights, None, 1.0, False) is None
     with pytest.raises(ValueError, match=r"'nope' is not one of the reward functions \['a', 'b'\]"):
         resolve_correctness(["a", "b"], weights, "nope", 1.0, False)
 
-    logp = torch.full((4,), -1.0)
+    # LENS's binary requirement, in one line naming the function
     partial = torch.tensor([[1.0, 0.0], [0.5, 0.0], [0.0, 1.0], [0.0, 0.0]])
-    with pytest.raises(ValueError, match=r"must return 0 or correct_value=1.0.*\[0.0, 0.5, 1.0\]"):
-        batch_terms(partial, weights, 2, estimator=lens, settings=AdvantageSettings(),
-                    correctness=correctness, pairs=None, mean_logp_old=logp)
-    unscorable = torch.tensor([[1.0, 0.0], [float("nan")] * 2, [0.0, 1.0], [0.0, 0.0]])
-    with pytest.raises(ValueError, match="every reward function returned None for completion 1"):
-        batch_terms(unscorable, weights, 2, estimator=None, settings=AdvantageSettings(),
-                    correctness=None, pairs=PairSettings(0.5, "all", None, 0.5),
-                    mean_logp_old=logp)
-    # a None from one function (NaN) counts 0 in the total, as in TRL
-    one_none = torch.tensor([[1.0, float("nan")], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
-    terms = batch_terms(one_none, weights, 2, estimator=None, settings=AdvantageSettings(),
-                        correctness=None, pairs=PairSettings(0.5, "all", None, 0.5),
-                        mean_logp_old=logp)
-    assert terms.pair_losses.numel() == 2 and terms.advantages is None
+    with pytest.raises(ValueError, match=r"reward function 'correct' returned \[0.0, 0.5, 1.0\]"):
+        group_rewards(partial, weights, 2, correctness, required=True)
+
+    # Row 1: every function returned None. No crash: its group (rows 0-1) gets advantage 0 and
+    # no pair (without the rule the totals 1 > 0 would pair them); group 1 is what it is alone.
+    nan = float("nan")
+    rewards = torch.tensor([[1.0, nan], [nan, nan], [0.0, 1.0], [1.0, 0.5]])
+    assert scorable_rows(rewards).tolist() == [True, False, True, True]
+    logp = torch.tensor([-0.5, -0.9, -1.2, -0.3])
+    batch = group_rewards(rewards, weights, 2, correctness, required=True, mean_logp_old=logp)
+    assert batch.rewards.tolist() == [1.0, 0.0, 1.0, 1.5]  # a None counts 0 in the total
+    lens = get_advantage_estimator("lens")
+    pairs = PairSettings(margin=0.4, beta=0.5)
+    targets = group_targets(batch, lens, AdvantageSettings(), pairs,
+                            scorable=scorable_rows(rewards))
+    alone = group_targets(group_rewards(rewards[2:], weights, 2, correctness, required=True,
+                                        mean_logp_old=logp[2:]), lens, AdvantageSettings(), pairs)
+    assert targets.advantages[:2].tolist() == [0.0, 0.0]
+    assert targets.advantages[2:].tolist() == alone.advantages.tolist()
+    assert alone.advantages.abs().sum() > 0
+    assert (targets.chosen.tolist(), targets.rejected.tolist()) == ([3], [2])
+    z = 0.5 * (-0.3 - -1.2)
+    weight = 0.5 * torch.sigmoid(torch.tensor(-z)).item()
+    torch.testing.assert_close(targets.coefficients, torch.tensor([0.0, 0.0, weight, -weight]))

@@ -106,7 +106,7 @@ class Gradients(TrainerCallback):
         self.steps.append([p.grad.detach().clone() for p in params])
 
 
-GROUPWISE_OPTIONS = {"correctness_reward": "correct", "margin": 0.5}
+GROUPWISE_OPTIONS = {"correctness_reward": "correct", "amir_margin": 0.5}
 
 
 def settings(out: Path, **options: Any) -> dict[str, Any]:
@@ -212,8 +212,8 @@ def main(out: Path) -> None:
         "one micro-batch": {"gradient_accumulation_steps": 1},
         "two micro-batches": {
             "gradient_accumulation_steps": 2,
-            "lambda_measure": "fixed",
-            "lambda_init": 0.05,
+            "amir_lambda_measure": "fixed",
+            "amir_lambda_init": 0.05,
         },
     }
     record = {}
@@ -223,7 +223,7 @@ def main(out: Path) -> None:
             out / name,
             cls=Recording,
             amir=True,
-            advantage="lens",
+            advantage_estimator="lens",
             per_device_train_batch_size=rows,
             **layout,
         )

@@ -85,8 +85,8 @@ class GroupTargets:
 
 def group_targets(batch: GroupRewards, estimator: AdvantageEstimator,
                   settings: AdvantageSettings, pairs: PairSettings | None = None, *,
-                  ref_mean_logp: Tensor | None = None,
-                  coefficients: bool = True) -> GroupTargets:
+                  ref_mean_logp: Tensor | None = None, coefficients: bool = True,
+                  scorable: Tensor | None = None) -> GroupTargets:
     """Advantages, AMIR pairs and AMIR coefficients of a batch of whole groups (REFERENCE.md
     1-3; "AMIR-GRPO + LENS together": pairs are mined on the estimator's reward totals).
 
@@ -100,19 +100,37 @@ def group_targets(batch: GroupRewards, estimator: AdvantageEstimator,
             averaged over these rows' pairs. False leaves them to `with_coefficients`, for an
             engine that measures l(q, o) later or averages over each update's pairs
             (groupwise's trainer: micro-batch by micro-batch).
+        scorable: [B] bool, False where the reward is unknown (TRL: every reward function
+            returned None; the row's rewards are then ignored). A group with such a row is left
+            out: its advantages are 0 and it forms no pair, since its group statistics (mean,
+            std, LENS's difficulty) would need every row's reward.
 
     Returns:
         GroupTargets.
     """
     if estimator.needs_rollout_logp and batch.mean_logp_old is None:
         raise ValueError(f"advantage estimator '{estimator.name}' needs mean_logp_old")
+    kept = None
+    if scorable is not None and not bool(scorable.all()):
+        kept = scorable.reshape(-1, batch.group_size).all(dim=1)
+        rows = kept.repeat_interleave(batch.group_size)
+        batch = replace(batch, rewards=batch.rewards.where(rows, 0.0),
+                        correct=batch.correct & rows,
+                        correctness=None if batch.correctness is None
+                        else batch.correctness.where(rows, 0.0))
     result = estimator.fn(batch, settings)
+    advantages = result.advantages
+    if kept is not None:
+        advantages = advantages.where(kept.repeat_interleave(batch.group_size), 0.0)
     empty = torch.zeros(0, dtype=torch.long, device=result.rewards.device)
-    targets = GroupTargets(result.advantages, result.rewards, empty, empty)
+    targets = GroupTargets(advantages, result.rewards, empty, empty)
     if pairs is None:
         return targets
     chosen, rejected = mine_pairs(result.rewards, batch.group_size, pairs.margin,
                                   mode=pairs.mode, max_pairs_per_group=pairs.max_pairs_per_group)
+    if kept is not None:
+        inside = kept[chosen // batch.group_size]
+        chosen, rejected = chosen[inside], rejected[inside]
     targets = replace(targets, chosen=chosen, rejected=rejected)
     if not coefficients:
         return targets

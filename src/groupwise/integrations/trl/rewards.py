@@ -50,7 +50,8 @@ def reward_functions(
 
     Returns:
         (functions, weights): pass them as GRPOTrainer's `reward_funcs` and GRPOConfig's
-        `reward_weights`.
+        `reward_weights`. Each function carries its component's `bounds` (min, max) or None and
+        its `correct_value` (None for a component that is not a correctness reward).
     """
     components = [get_component(name) for name in weights]
     mode = checking_mode(checking).name
@@ -82,6 +83,10 @@ def reward_functions(
 
         reward.__name__ = component.name
         reward.__qualname__ = component.name
+        # what GroupwiseGRPOTrainer checks when it is built: an AMIR margin above the reward's
+        # range, a LENS correctness reward that is not one
+        reward.bounds = component.bounds
+        reward.correct_value = component.correct_value
         return reward
 
     return [make(c) for c in components], [float(weights[c.name]) for c in components]

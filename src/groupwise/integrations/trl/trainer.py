@@ -8,11 +8,11 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
   and forgets the columns; LENS needs the correctness column, AMIR the totals).
 - `_generate_and_score_completions`: after TRL's, tags each row with its row of the gathered
   generation batch ("groupwise_rows") and computes over the whole gathered batch, with
-  groupwise.algorithms (terms.batch_terms), the LENS advantages (in place of TRL's) and AMIR's
-  per-completion coefficients c_k = dL_pref/dl_k at the rollout policy ("groupwise_
-  coefficients"), each process keeping its rows. TRL then shuffles and splits these per-row keys
-  in step with the rows, so a group may straddle micro-batches and processes: the coefficients
-  are per completion, which makes any split exact (DESIGN.md).
+  groupwise.algorithms.group_targets (on terms.group_rewards), the LENS advantages (in place
+  of TRL's) and AMIR's per-completion coefficients c_k = dL_pref/dl_k at the rollout policy
+  ("groupwise_coefficients"), each process keeping its rows. TRL then shuffles and splits
+  these per-row keys in step with the rows, so a group may straddle micro-batches and
+  processes: the coefficients are per completion, which makes any split exact (DESIGN.md).
 - `_get_per_token_logps_and_entropies`: unchanged, except that while `_compute_loss` runs it
   keeps the policy's per-token log-probs (with gradient; at the sampling temperature, as TRL
   computes them) for the AMIR term, and, when the terms wait for it (below), computes them.
@@ -25,19 +25,28 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: lambda_reg travels with checkpoints.
 
 The rollout policy's log-probs (LENS's confidences, AMIR's l_old; one set, however many of LENS
-and AMIR need them) come, in this order of preference:
-1. from TRL: `old_per_token_logps` (TRL computes it with vLLM's importance-sampling correction,
-   on by default, or when a generation batch spans several optimizer steps), else vLLM's
-   `sampling_per_token_logps`;
-2. else, when the generation batch is one micro-batch per process (steps_per_generation = 1,
-   TRL's default with no gradient accumulation): from the loss's own forward pass. TRL keeps no
-   old log-probs exactly when every micro-batch of a generation batch is computed at the rollout
-   policy, so that pass's detached log-probs are the rollout policy's; the terms are computed
-   from them (gathered over processes) before TRL's loss reads the advantages. No extra pass;
+and AMIR need them) are exactly what TRL's loss uses as its old policy in the importance ratio:
+1. TRL's `old_per_token_logps`, where TRL computes it (with vLLM's importance-sampling
+   correction, on by default, or when a generation batch spans several optimizer steps);
+2. else TRL's loss takes the old policy from its own forward pass (detached): generation is
+   aligned with optimizer steps, so that pass runs at the rollout policy. When the generation
+   batch is one micro-batch per process (steps_per_generation = 1, TRL's default with no
+   gradient accumulation) the terms are computed from that very pass (gathered over processes)
+   before TRL's loss reads the advantages: no extra pass;
 3. else one no-grad pass of the policy over the generation batch, through TRL's own log-prob
    function (the micro-batches come one after another, and the first one's loss needs every
-   row's l_old).
-`old_per_token_logps` itself is never written: TRL's ratio stays its own.
+   row's l_old): the values each micro-batch's forward pass will give TRL's loss.
+Sampling log-probs (vLLM's, or a rollout_func's "logprobs") are never used: TRL's loss uses
+them only for its importance-sampling weight and off-policy mask, never as the old policy, and
+they may be placeholders or, from a vLLM server started without processed log-probs, taken
+before temperature. `old_per_token_logps` itself is never written: TRL's ratio stays its own.
+
+Without AMIR and a non-"grpo" estimator the trainer is TRL's GRPOTrainer: nothing is added to
+the batch and nothing is logged or warned beyond what TRL does.
+
+Rows whose reward functions all returned None: TRL leaves them out of its baseline and gives
+them advantage 0; groupwise leaves their whole group out (advantages 0 under LENS, no AMIR
+pairs; group_targets' `scorable`), since LENS's group statistics need every row's correctness.
 """
 
 from __future__ import annotations
@@ -58,10 +67,14 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import get_config_model_id, use_adapter
 
 from groupwise.algorithms import (
-    AdvantageSettings,
+    AlgorithmOptions,
+    GroupTargets,
+    PairlessWarning,
     get_advantage_estimator,
+    group_targets,
     preference_surrogate,
     sequence_mean_logp,
+    unreachable_margin,
 )
 from groupwise.integrations.trl.compat import (
     FORWARD_KEYS,
@@ -71,10 +84,11 @@ from groupwise.integrations.trl.compat import (
 )
 from groupwise.integrations.trl.config import GroupwiseGRPOConfig
 from groupwise.integrations.trl.terms import (
-    PairSettings,
-    batch_terms,
+    correct_rows,
     group_fractions,
+    group_rewards,
     resolve_correctness,
+    scorable_rows,
 )
 
 COEFFICIENTS_KEY = "groupwise_coefficients"
@@ -89,7 +103,7 @@ STATE_FILE = "groupwise_state.json"
 
 @dataclass(frozen=True)
 class _Pending:
-    """A generation batch's inputs to terms.batch_terms besides the rollout l(q, o): the [B, F]
+    """A generation batch's inputs to group_targets besides the rollout l(q, o): the [B, F]
     gathered rewards and the [B] reference l_ref (None when reference-free)."""
 
     rewards: Tensor
@@ -136,44 +150,77 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             )
         super().__init__(model, reward_funcs, args, *more, **kwargs)
         check_trainer_attributes(self)
-        grpo = args.advantage == "grpo"
-        self.estimator = None if grpo else get_advantage_estimator(args.advantage)
-        self.advantage_settings = AdvantageSettings(
-            scale=args.scale_rewards,
-            std="unbiased",  # TRL's nanstd, for its own advantages as for these
-            eps=1e-4,  # TRL's constant
-            lens_alpha=args.lens_alpha,
-            lens_mode=args.lens_mode,
-            lens_difficulty=args.lens_difficulty,
-        )
+        options = args.algorithm_options()
+        self.estimator = get_advantage_estimator(options.advantage)
+        # "grpo" keeps TRL's own advantages (and its scale_rewards); AMIR still runs on them
+        self._own_advantages = options.advantage != "grpo"
+        self.uses_groupwise = options.amir or self._own_advantages
+        self.advantage_settings = options.advantage_settings(
+            scale=args.scale_rewards, std="unbiased", eps=1e-4)  # TRL's nanstd and constant
+        needs_correct = self._own_advantages and self.estimator.needs_rollout_logp
         self.correctness = resolve_correctness(
-            self.reward_func_names,
-            self.reward_weights,
-            args.correctness_reward,
-            args.correct_value,
-            required=self.estimator is not None,
+            self.reward_func_names, self.reward_weights, args.correctness_reward,
+            args.correctness_value, required=needs_correct,
         )
-        self.pair_settings = (
-            PairSettings(args.margin, args.pair_mode, args.max_pairs_per_group, args.beta_dpo)
-            if args.amir
-            else None
-        )
-        self.lambda_reg = args.adaptive_lambda() if args.amir else None
-        if args.amir and not args.ref_free and self.beta == 0.0 and not is_peft_model(self.model):
+        self._needs_correct = needs_correct
+        if needs_correct:
+            self._check_correctness_function()
+        self.pair_settings = options.pair_settings()
+        self.lambda_reg = options.adaptive_lambda()
+        self.pairless = PairlessWarning(args.amir_margin, "amir_margin") if args.amir else None
+        if args.amir:
+            self._check_margin(options)
+        if args.amir and not args.amir_ref_free and self.beta == 0.0 and not is_peft_model(
+            self.model
+        ):
             raise ValueError(
-                "ref_free=False needs a reference policy: a PEFT model (its adapter disabled is "
-                "the reference) or beta > 0 (TRL then loads a reference model)"
+                "amir_ref_free=False needs a reference policy: a PEFT model (its adapter "
+                "disabled is the reference) or beta > 0 (TRL then loads a reference model)"
             )
-        self._needs_rollout_logp = args.amir or (
-            self.estimator is not None and self.estimator.needs_rollout_logp
-        )
+        self._needs_rollout_logp = self.uses_groupwise and options.needs_rollout_logp()
         self._gathered_rewards: Tensor | None = None
         self._deferred: _Pending | None = None  # terms waiting for the first loss forward pass
         self._capturing = False
         self._captured_logps: Tensor | None = None
         self._loss_inputs: dict[str, Any] | None = None
+        self._warned_non_binary = False
         # L_pref of the latest generation batch, until the first micro-batch's loss measures it
         self._pending_pref_loss: float | None = None
+
+    def _check_correctness_function(self) -> None:
+        """LENS needs a reward that returns 0 or correctness_value: refuse, when the trainer is
+        built, a groupwise reward function (reward_functions) that does not; any other function
+        is checked on its first generation batch (terms.correct_rows)."""
+        func = self.reward_funcs[self.correctness.index]
+        if not hasattr(func, "correct_value"):
+            return
+        if func.correct_value is None or func.correct_value != self.correctness.value:
+            what = ("is not a correctness reward" if func.correct_value is None
+                    else f"returns {func.correct_value:g} for a correct answer")
+            raise ValueError(
+                f"LENS needs a binary correctness reward: reward function '{self.correctness.name}'"
+                f" {what}, but correctness_value={self.correctness.value:g} (set "
+                "correctness_reward / correctness_value to a 0-or-value reward function)"
+            )
+
+    def _check_margin(self, options: AlgorithmOptions) -> None:
+        """Refuse an AMIR margin the reward functions make unreachable (REFERENCE.md 2), when
+        their ranges are known: groupwise's reward_functions declare theirs, the correctness
+        reward named by correctness_reward returns 0 or correctness_value."""
+        ranges = []
+        for index, func in enumerate(self.reward_funcs):
+            bounds = getattr(func, "bounds", None)
+            if bounds is None and self.correctness is not None and index == self.correctness.index:
+                bounds = (min(0.0, self.correctness.value), max(0.0, self.correctness.value))
+            ranges.append(bounds)
+        correct_reward = (self.correctness.weight * self.correctness.value
+                          if self.correctness is not None else 0.0)
+        problem = unreachable_margin(
+            options.margin, self.estimator, ranges, self.reward_weights.tolist(), correct_reward,
+            self.num_generations, option="amir_margin",
+        )
+        if problem is not None:
+            raise ValueError(problem)
 
     # -----------------------------------------------------------------------------------------
     # Generation batch: rewards, rollout log-probs, advantages, coefficients
@@ -186,7 +233,8 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         self._gathered_rewards = None
         batch = super()._generate_and_score_completions(inputs)
-        if not self.model.training:  # evaluation keeps TRL's GRPO advantages and loss
+        # evaluation, and training without AMIR and LENS, are TRL's own, untouched
+        if not self.model.training or not self.uses_groupwise:
             return batch
         require_batch_keys(batch)
         if self._gathered_rewards is None:
@@ -207,14 +255,14 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * rows
         batch[ROWS_KEY] = torch.arange(start, start + rows, device=batch["completion_ids"].device)
         ref_mean_logp = None
-        if self.args.amir and not self.args.ref_free:
+        if self.args.amir and not self.args.amir_ref_free:
             local = sequence_mean_logp(self._reference_logps(batch), loss_mask(batch))
             ref_mean_logp = self._gather_rows(batch, local)
         pending = _Pending(rewards, ref_mean_logp)
         if not self._needs_rollout_logp:
             self._finish_terms(batch, pending, None)
             return
-        token_logps = self._trl_rollout_logps(batch)
+        token_logps = batch.get("old_per_token_logps")
         if token_logps is None and self.args.steps_per_generation == 1:
             self._deferred = pending
             return
@@ -226,57 +274,64 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
     def _finish_terms(
         self, batch: dict[str, Any], pending: _Pending, mean_logp: Tensor | None
     ) -> None:
-        """The gathered batch's terms (terms.batch_terms) from its rewards and the rollout
-        l(q, o) of `batch`'s rows ([b], or None where not needed); the values of `batch`'s rows
-        into it; the batch's metrics into TRL's."""
+        """The gathered batch's targets (groupwise.algorithms.group_targets) from its rewards
+        and the rollout l(q, o) of `batch`'s rows ([b], or None where not needed); the values of
+        `batch`'s rows into it; the batch's metrics into TRL's."""
         mean_logp_old = lengths = None
         if mean_logp is not None:
             mean_logp_old = self._gather_rows(batch, mean_logp)
             lengths = self._gather_rows(batch, loss_mask(batch).sum(dim=1).float())
-        with profiling_context(self, "groupwise.batch_terms"):
-            terms = batch_terms(
-                pending.rewards,
-                self.reward_weights,
-                self.num_generations,
-                estimator=self.estimator,
-                settings=self.advantage_settings,
-                correctness=self.correctness,
-                pairs=self.pair_settings,
-                mean_logp_old=mean_logp_old,
-                lengths=lengths,
-                ref_mean_logp=pending.ref_mean_logp,
+        with profiling_context(self, "groupwise.group_targets"):
+            rewards = group_rewards(
+                pending.rewards, self.reward_weights, self.num_generations, self.correctness,
+                required=self._needs_correct, mean_logp_old=mean_logp_old, lengths=lengths,
+            )
+            targets = group_targets(
+                rewards, self.estimator, self.advantage_settings, self.pair_settings,
+                ref_mean_logp=pending.ref_mean_logp, scorable=scorable_rows(pending.rewards),
             )
         mine = batch[ROWS_KEY]
-        metrics = self._metrics["train"]
-        if terms.advantages is not None:
-            batch["advantages"] = terms.advantages[mine].to(batch["advantages"])
+        if self._own_advantages:
+            batch["advantages"] = targets.advantages[mine].to(batch["advantages"])
             logged = self._logs["advantages"]  # the completions table: show the ones used
-            for _ in range(terms.advantages.numel()):
+            for _ in range(targets.advantages.numel()):
                 logged.pop()
-            logged.extend(terms.advantages.tolist())
-        if terms.coefficients is not None:
-            batch[COEFFICIENTS_KEY] = terms.coefficients[mine]
-            pairs = terms.pair_losses.numel()
-            metrics["amir/pairs"].append(float(pairs))
-            metrics["amir/preference_loss"].append(
-                float(terms.pair_losses.mean()) if pairs else 0.0
-            )
-            metrics["amir/pair_logp_margin"].append(
-                float(terms.logp_margins.mean()) if pairs else 0.0
-            )
-            # the official rule updates lambda only where there are pairs (REFERENCE.md 2)
-            self._pending_pref_loss = float(terms.pair_losses.mean()) if pairs else None
-        if terms.correct is not None:
-            for key, value in group_fractions(terms.correct, self.num_generations).items():
-                metrics[key].append(value)
-        elif self.correctness is not None:
+            logged.extend(targets.advantages.tolist())
+        if self.pair_settings is not None:
+            self._record_pairs(batch, targets)
+        self._log_group_types(pending.rewards)
+
+    def _record_pairs(self, batch: dict[str, Any], targets: GroupTargets) -> None:
+        """AMIR's coefficients of this process's rows into the batch; its pair metrics."""
+        batch[COEFFICIENTS_KEY] = targets.coefficients[batch[ROWS_KEY]]
+        pairs = targets.num_pairs
+        metrics = self._metrics["train"]
+        metrics["amir/pairs"].append(float(pairs))
+        metrics["amir/preference_loss"].append(
+            float(targets.pair_losses.mean()) if pairs else 0.0)
+        metrics["amir/pair_logp_margin"].append(
+            float(targets.logp_margins.mean()) if pairs else 0.0)
+        # the official rule updates lambda only where there are pairs (REFERENCE.md 2)
+        self._pending_pref_loss = float(targets.pair_losses.mean()) if pairs else None
+        self.pairless.observe(targets, self.num_generations)
+
+    def _log_group_types(self, rewards: Tensor) -> None:
+        """groups/* from the correctness reward, when there is one and it is binary (warned
+        about once otherwise)."""
+        if self.correctness is None:
+            return
+        correct = correct_rows(rewards, self.correctness, required=False)
+        if correct is not None:
+            for key, value in group_fractions(correct, self.num_generations).items():
+                self._metrics["train"][key].append(value)
+        elif not self._warned_non_binary:
+            self._warned_non_binary = True
             warnings.warn(
                 f"reward function '{self.correctness.name}' returned values other than 0 and "
-                f"correct_value={self.correctness.value}: the groups/* metrics are not logged "
-                "(set correctness_reward and correct_value to a binary correctness reward)",
+                f"correctness_value={self.correctness.value}: the groups/* metrics are not "
+                "logged while it does (this warning is shown once)",
                 stacklevel=2,
             )
-            self.correctness = None
 
     def _gather_rows(self, batch: dict[str, Any], local: Tensor) -> Tensor:
         """Every process's [b] values of its rows of `batch` -> [B] in the gathered batch's row
@@ -292,17 +347,6 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         ordered = torch.empty_like(values)
         ordered[rows] = values
         return ordered
-
-    def _trl_rollout_logps(self, batch: dict[str, Any]) -> Tensor | None:
-        """[b, T] per-token log-probs of this process's rows under the rollout policy, at the
-        sampling temperature, when TRL has them: its old_per_token_logps, else vLLM's sampling
-        log-probs (when none is NaN); None otherwise."""
-        if batch.get("old_per_token_logps") is not None:
-            return batch["old_per_token_logps"]
-        sampling = batch.get("sampling_per_token_logps")
-        if sampling is not None and not bool(sampling[loss_mask(batch)].isnan().any()):
-            return sampling
-        return None
 
     def _reference_logps(self, batch: dict[str, Any]) -> Tensor:
         """[b, T] reference log-probs (ref_free=False): TRL's when beta > 0, else the PEFT
