@@ -23,6 +23,8 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
   optimizer step, when a generation batch spans several). The term's value is kept at 0 (its
   gradient is the point), so TRL's logged `loss` stays TRL's GRPO loss.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: lambda_reg travels with checkpoints.
+With vLLM colocated on a CPU (vLLM's CPU build) the weight sync goes through vLLM's in-place
+reload, which TRL's own call cannot do there (vllm_cpu.py).
 
 The rollout policy's log-probs (LENS's confidences, AMIR's l_old; one set, however many of LENS
 and AMIR need them) are exactly what TRL's loss uses as its old policy in the importance ratio:
@@ -90,6 +92,7 @@ from groupwise.integrations.trl.terms import (
     resolve_correctness,
     scorable_rows,
 )
+from groupwise.integrations.trl.vllm_cpu import use_cpu_weight_sync
 
 COEFFICIENTS_KEY = "groupwise_coefficients"
 """Batch-dict key of AMIR's per-completion coefficients c_k ([b] per process)."""
@@ -150,6 +153,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             )
         super().__init__(model, reward_funcs, args, *more, **kwargs)
         check_trainer_attributes(self)
+        use_cpu_weight_sync(self)  # vLLM colocated on a CPU (vllm_cpu.py); nothing on a GPU
         options = args.algorithm_options()
         self.estimator = get_advantage_estimator(options.advantage)
         # "grpo" keeps TRL's own advantages (and its scale_rewards); AMIR still runs on them
