@@ -26,11 +26,35 @@ def trim_jsonl(path: Path, step: int) -> list[str]:
     the user to see; [] when nothing was removed.
     """
     path = Path(path)
+    data = path.read_bytes()
+    kept, removed, later, unreadable = _sort_lines(data, step)
+    if not removed and (not data or data.endswith(b"\n")):
+        return []  # (a file not ending in a newline is rewritten: the next line would join it)
+    aside = path.with_name(path.name + SET_ASIDE_SUFFIX)
+    with aside.open("ab") as f:
+        f.writelines(line + b"\n" for line in removed)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(line + b"\n" for line in kept))
+    os.replace(tmp, path)
+    notes = [
+        f"{path}:{number}: {reason}; set aside in {aside}" for number, reason in unreadable
+    ]
+    if later:
+        notes.append(
+            f"{path}: {later} line(s) of steps after the checkpoint's step {step}, which the "
+            f"resumed run writes again, moved to {aside}"
+        )
+    return notes
+
+
+def _sort_lines(data: bytes, step: int
+                ) -> tuple[list[bytes], list[bytes], int, list[tuple[int, str]]]:
+    """trim_jsonl's reading of a log: (lines kept, lines removed in file order, how many of
+    those are later steps, (line number, why) of each unreadable one)."""
     kept: list[bytes] = []
-    removed: list[bytes] = []  # in file order
+    removed: list[bytes] = []
     later = 0
     unreadable: list[tuple[int, str]] = []
-    data = path.read_bytes()
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
@@ -50,23 +74,7 @@ def trim_jsonl(path: Path, step: int) -> list[str]:
             else:
                 later += 1
         removed.append(line)
-    if not removed and (not data or data.endswith(b"\n")):
-        return []  # (a file not ending in a newline is rewritten: the next line would join it)
-    aside = path.with_name(path.name + SET_ASIDE_SUFFIX)
-    with aside.open("ab") as f:
-        f.writelines(line + b"\n" for line in removed)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(line + b"\n" for line in kept))
-    os.replace(tmp, path)
-    notes = [
-        f"{path}:{number}: {reason}; set aside in {aside}" for number, reason in unreadable
-    ]
-    if later:
-        notes.append(
-            f"{path}: {later} line(s) of steps after the checkpoint's step {step}, which the "
-            f"resumed run writes again, moved to {aside}"
-        )
-    return notes
+    return kept, removed, later, unreadable
 
 
 class JsonlLog:

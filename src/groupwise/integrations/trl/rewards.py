@@ -54,39 +54,51 @@ def reward_functions(
         its `correct_value` (None for a component that is not a correctness reward).
     """
     components = [get_component(name) for name in weights]
-    mode = checking_mode(checking).name
-    last: dict[str, Any] = {"key": None, "verdicts": []}
+    check = _BatchVerdicts(answer_column, workers, timeout, checking_mode(checking).name)
+    return [_reward_function(c, check) for c in components], [
+        float(weights[c.name]) for c in components
+    ]
 
-    def verdicts(completions: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list, list]:
-        if answer_column not in kwargs:
+
+class _BatchVerdicts:
+    """The verdicts of one batch, checked once: TRL calls the reward functions one after
+    another on the same completions, and every component reads the same verdicts."""
+
+    def __init__(self, answer_column: str, workers: int, timeout: float, mode: str) -> None:
+        self.answer_column, self.workers, self.timeout, self.mode = (
+            answer_column, workers, timeout, mode)
+        self.key: tuple | None = None
+        self.verdicts: list[Verdict] = []
+
+    def __call__(self, completions: Sequence[Any], kwargs: dict[str, Any]
+                 ) -> tuple[list[str], list[Verdict]]:
+        if self.answer_column not in kwargs:
             raise KeyError(
-                f"the dataset has no column '{answer_column}' with the gold answers "
+                f"the dataset has no column '{self.answer_column}' with the gold answers "
                 f"(columns passed to reward functions: {sorted(kwargs)})"
             )
         texts = [_text(c) for c in completions]
-        golds = [str(g) for g in kwargs[answer_column]]
+        golds = [str(g) for g in kwargs[self.answer_column]]
         key = (tuple(texts), tuple(golds))
-        if last["key"] != key:  # TRL calls the functions one after another on one batch
-            last["key"] = key
-            last["verdicts"] = check_answers(
-                texts, golds, workers=workers, timeout=timeout, mode=mode
-            )
-        return texts, last["verdicts"]
+        if self.key != key:
+            self.key = key
+            self.verdicts = check_answers(texts, golds, workers=self.workers,
+                                          timeout=self.timeout, mode=self.mode)
+        return texts, self.verdicts
 
-    def make(component: Any) -> RewardFunction:
-        def reward(
-            prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
-        ) -> list[float]:
-            texts, checked = verdicts(completions, kwargs)
-            pairs: list[tuple[str, Verdict]] = list(zip(texts, checked, strict=True))
-            return [float(component.fn(text, verdict)) for text, verdict in pairs]
 
-        reward.__name__ = component.name
-        reward.__qualname__ = component.name
-        # what GroupwiseGRPOTrainer checks when it is built: an AMIR margin above the reward's
-        # range, a LENS correctness reward that is not one
-        reward.bounds = component.bounds
-        reward.correct_value = component.correct_value
-        return reward
+def _reward_function(component: Any, check: _BatchVerdicts) -> RewardFunction:
+    """A TRL reward function named after `component`, with its range and correct value."""
 
-    return [make(c) for c in components], [float(weights[c.name]) for c in components]
+    def reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        texts, checked = check(completions, kwargs)
+        return [float(component.fn(text, verdict))
+                for text, verdict in zip(texts, checked, strict=True)]
+
+    reward.__name__ = component.name
+    reward.__qualname__ = component.name
+    # what GroupwiseGRPOTrainer checks when it is built: an AMIR margin above the reward's
+    # range, a LENS correctness reward that is not one
+    reward.bounds = component.bounds
+    reward.correct_value = component.correct_value
+    return reward

@@ -154,34 +154,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args, *more, **kwargs)
         check_trainer_attributes(self)
         use_cpu_weight_sync(self)  # vLLM colocated on a CPU (vllm_cpu.py); nothing on a GPU
-        options = args.algorithm_options()
-        self.estimator = get_advantage_estimator(options.advantage)
-        # "grpo" keeps TRL's own advantages (and its scale_rewards); AMIR still runs on them
-        self._own_advantages = options.advantage != "grpo"
-        self.uses_groupwise = options.amir or self._own_advantages
-        self.advantage_settings = options.advantage_settings(
-            scale=args.scale_rewards, std="unbiased", eps=1e-4)  # TRL's nanstd and constant
-        needs_correct = self._own_advantages and self.estimator.needs_rollout_logp
-        self.correctness = resolve_correctness(
-            self.reward_func_names, self.reward_weights, args.correctness_reward,
-            args.correctness_value, required=needs_correct,
-        )
-        self._needs_correct = needs_correct
-        if needs_correct:
-            self._check_correctness_function()
-        self.pair_settings = options.pair_settings()
-        self.lambda_reg = options.adaptive_lambda()
-        self.pairless = PairlessWarning(args.amir_margin, "amir_margin") if args.amir else None
-        if args.amir:
-            self._check_margin(options)
-        if args.amir and not args.amir_ref_free and self.beta == 0.0 and not is_peft_model(
-            self.model
-        ):
-            raise ValueError(
-                "amir_ref_free=False needs a reference policy: a PEFT model (its adapter "
-                "disabled is the reference) or beta > 0 (TRL then loads a reference model)"
-            )
-        self._needs_rollout_logp = self.uses_groupwise and options.needs_rollout_logp()
+        self._algorithm(args)
         self._gathered_rewards: Tensor | None = None
         self._deferred: _Pending | None = None  # terms waiting for the first loss forward pass
         self._capturing = False
@@ -190,6 +163,36 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         self._warned_non_binary = False
         # L_pref of the latest generation batch, until the first micro-batch's loss measures it
         self._pending_pref_loss: float | None = None
+
+    def _algorithm(self, args: GroupwiseGRPOConfig) -> None:
+        """What the options make (the estimator, pair settings, AdaptiveLambda), after the
+        checks that need the built trainer: the correctness reward, the margin, the reference."""
+        options = args.algorithm_options()
+        self.estimator = get_advantage_estimator(options.advantage)
+        # "grpo" keeps TRL's own advantages (and its scale_rewards); AMIR still runs on them
+        self._own_advantages = options.advantage != "grpo"
+        self.uses_groupwise = options.amir or self._own_advantages
+        self.advantage_settings = options.advantage_settings(
+            scale=args.scale_rewards, std="unbiased", eps=1e-4)  # TRL's nanstd and constant
+        self._needs_correct = self._own_advantages and self.estimator.needs_rollout_logp
+        self.correctness = resolve_correctness(
+            self.reward_func_names, self.reward_weights, args.correctness_reward,
+            args.correctness_value, required=self._needs_correct,
+        )
+        if self._needs_correct:
+            self._check_correctness_function()
+        self.pair_settings = options.pair_settings()
+        self.lambda_reg = options.adaptive_lambda()
+        self.pairless = PairlessWarning(args.amir_margin, "amir_margin") if args.amir else None
+        if args.amir:
+            self._check_margin(options)
+        reference = self.beta != 0.0 or is_peft_model(self.model)
+        if args.amir and not args.amir_ref_free and not reference:
+            raise ValueError(
+                "amir_ref_free=False needs a reference policy: a PEFT model (its adapter "
+                "disabled is the reference) or beta > 0 (TRL then loads a reference model)"
+            )
+        self._needs_rollout_logp = self.uses_groupwise and options.needs_rollout_logp()
 
     def _check_correctness_function(self) -> None:
         """LENS needs a reward that returns 0 or correctness_value: refuse, when the trainer is
