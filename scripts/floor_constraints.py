@@ -1,9 +1,10 @@
 """Prints pip constraints that pin every dependency groupwise declares to its floor.
 
-Reads pyproject.toml (the dependencies and the extras named on the command line) and turns each `name>=X,...` into `name==X`, so that the floor environment
-(scripts/floor_env.sh) and the floor row of scripts/check_install.sh always test what the
-package declares. Then adds the pins of packages groupwise does not depend on directly that
-the floors need (PINS below, each with its reason). Needs Python >= 3.11 (tomllib).
+Reads pyproject.toml (the dependencies, and the extras named on the command line) and turns
+each `name>=X,...` into `name==X`, so that the floor environment (scripts/floor_env.sh) and the
+floor rows of scripts/check_install.sh always test what the package declares. Then adds the
+pins of packages groupwise does not depend on directly that the floors need (PINS below, each
+with its reason). Needs Python >= 3.11 (tomllib).
 
 Usage: python3 scripts/floor_constraints.py [EXTRA ...] > floors.txt   (e.g. EXTRA: dev trl)
 """
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
