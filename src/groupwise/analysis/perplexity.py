@@ -125,8 +125,9 @@ def plot_perplexity(ppl: Mapping[str, Mapping[str, Sequence[float]]], path: Path
     fig, axes = new_figure(width=4.5 * len(ppl), height=4, ncols=len(ppl), sharey=True)
     for ax, (stratum, per_run) in zip(axes[0], ppl.items(), strict=True):
         names = list(per_run)
-        parts = ax.boxplot([np.asarray(per_run[n], float) for n in names], tick_labels=names,
-                           patch_artist=True)
+        parts = ax.boxplot([np.asarray(per_run[n], float) for n in names], patch_artist=True)
+        # On the ticks: tick_labels= needs matplotlib 3.9, labels= is gone in 3.11.
+        ax.set_xticks(range(1, len(names) + 1), names)
         for patch, color in zip(parts["boxes"], series_colors(len(names)), strict=True):
             patch.set_facecolor(color)
             patch.set_alpha(0.5)

@@ -101,7 +101,10 @@ def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
     dens.set_ylabel("density")
     if dens.get_legend_handles_labels()[0]:
         dens.legend(fontsize=8)
-    box.boxplot([np.asarray(margins[n], float) for n in names], tick_labels=names)
+    box.boxplot([np.asarray(margins[n], float) for n in names])
+    # Labels set on the ticks: boxplot's tick_labels= needs matplotlib 3.9, its labels= is gone
+    # in 3.11, and groupwise supports matplotlib 3.8.
+    box.set_xticks(range(1, len(names) + 1), names)
     box.axhline(0.0, color="grey", linewidth=0.8)
     box.set_ylabel("margin [nats/token]")
     box.set_title("per-problem preference margin")
