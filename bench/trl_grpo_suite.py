@@ -1,0 +1,321 @@
+"""TRL's own GRPO test suite against GroupwiseGRPOTrainer, in three modes (issue 22, item 6).
+
+- `trl`: TRL's GRPOTrainer / GRPOConfig, the baseline (which tests pass on this machine at all);
+- `swap`: GroupwiseGRPOTrainer / GroupwiseGRPOConfig with their defaults (AMIR and LENS off:
+  must behave exactly as TRL);
+- `amir_lens`: AMIR-GRPO + LENS on (trl_suite_plugin.AMIR_LENS_OPTIONS), with a binary
+  correctness reward (trl_suite_plugin.groupwise_correct) appended to every trainer's rewards.
+
+TRL's tests are not in its PyPI distributions: point --tests at the tests folder of a TRL
+checkout that has scripts/ beside it (its dataset scripts build the datasets offline):
+
+    git -C TRL_MIRROR archive <commit> tests scripts | tar -x -C /work/trl-src
+    python bench/trl_grpo_suite.py --tests /work/trl-src/tests --mode swap
+    python bench/trl_grpo_suite.py --tests /work/trl-src/tests --mode swap --rerun-failed
+
+Hub models and datasets are replaced by local stand-ins built once (trl_suite_standins.py) under
+--standins; pytest runs with one worker, offline, with trl_suite_plugin loaded. Each run's
+per-test outcomes merge into bench/results/trl_grpo_suite.json (per environment and mode; a
+selective rerun updates only the tests it ran), from which bench/results/trl_grpo_suite.md is
+written: counts, runs (command, wall time, load average, date), TRL's own skips, and every
+failure of `swap` and `amir_lens` classified against the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, RESULTS_DIR, load_average, machine
+from trl_suite_standins import build
+
+MODES = ("trl", "swap", "amir_lens")
+TEST_FILE = "test_grpo_trainer.py"
+JSON_PATH = RESULTS_DIR / "trl_grpo_suite.json"
+MD_PATH = RESULTS_DIR / "trl_grpo_suite.md"
+DEFAULT_STANDINS = Path(tempfile.gettempdir()) / "groupwise-trl-suite-standins"
+
+REFUSALS = {
+    r"needs scale_rewards='group'": "LENS normalises mixed groups by their own std: "
+    "scale_rewards='group' only",
+    r"need multi_objective_aggregation='sum_then_normalize'": "AMIR / LENS read the weighted "
+    "sum of the rewards: multi_objective_aggregation='sum_then_normalize' only",
+    r"mask_truncated_completions=True": "mask_truncated_completions=True removes the tokens "
+    "AMIR's l(q, o) and LENS's confidence are measured on",
+    r"lambda_measure='grad'": "lambda_measure='grad' needs two backward passes",
+    r"needs args=GroupwiseGRPOConfig": "GroupwiseGRPOTrainer needs a GroupwiseGRPOConfig",
+}
+"""Message pattern of an error the adapter raises on purpose -> what it refuses (README)."""
+
+NOTES: dict[str, str] = {}
+"""Test name (without parameters) -> the explanation of its failure found by reading it, for
+failures neither shared with `trl` nor a refusal (filled in after investigating)."""
+
+
+def environment_key() -> str:
+    """Which environment ran: the virtual environment's folder and transformers' version."""
+    import transformers
+
+    return f"{Path(sys.prefix).name} (transformers {transformers.__version__})"
+
+
+def trl_version() -> str:
+    from importlib.metadata import version
+
+    return version("trl")
+
+
+def run_pytest(
+    tests: Path, mode: str, standins: Path, selection: list[str], junit: Path
+) -> tuple[list[str], float]:
+    """Run TRL's GRPO test file (or the selected node ids) in `mode`; returns (command, wall s)."""
+    bench = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "HF_HOME": str(standins / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRL_SUITE_MODE": mode,
+        "TRL_SUITE_STANDINS": str(standins),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(bench), os.environ.get("PYTHONPATH")])),
+    }
+    targets = selection or [f"{tests.name}/{TEST_FILE}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *targets,
+        "-p",
+        "trl_suite_plugin",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rs",
+        "--tb=line",
+        "-W",
+        "ignore::FutureWarning",
+        f"--junitxml={junit}",
+    ]
+    start = time.monotonic()
+    subprocess.run(command, cwd=tests.parent, env=env, check=False)
+    return command, time.monotonic() - start
+
+
+def read_junit(junit: Path) -> dict[str, dict[str, Any]]:
+    """node id -> {"outcome": passed|failed|error|skipped|xfailed, "message", "time"}."""
+    results = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        module = case.get("classname", "").replace(".", "/")
+        parts = module.split("/")
+        if parts[-1].startswith("Test"):  # a test class's method
+            node = f"{'/'.join(parts[:-1])}.py::{parts[-1]}::{case.get('name')}"
+        else:
+            node = f"{module}.py::{case.get('name')}"
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                message = (child.get("message") or "").strip()
+                if child.tag == "skipped":
+                    outcome = "xfailed" if child.get("type") == "pytest.xfail" else "skipped"
+                else:
+                    outcome = "failed" if child.tag == "failure" else "error"
+        results[node] = {
+            "outcome": outcome,
+            "message": one_line(message),
+            "time": float(case.get("time") or 0),
+        }
+    return results
+
+
+def one_line(message: str) -> str:
+    """The first informative line of a pytest message, at most 300 characters."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def load_results() -> dict[str, Any]:
+    return json.loads(JSON_PATH.read_text()) if JSON_PATH.is_file() else {}
+
+
+def failed_nodes(results: dict[str, Any], env: str, modes: list[str]) -> list[str]:
+    """Node ids that failed or errored in any of `modes` (stored results of `env`)."""
+    nodes = set()
+    for mode in modes:
+        tests = results.get(env, {}).get(mode, {}).get("tests", {})
+        nodes |= {node for node, r in tests.items() if r["outcome"] in ("failed", "error")}
+    return sorted(nodes)
+
+
+def test_name(node: str) -> str:
+    """`path::Class::test_x[param]` -> `test_x`."""
+    return node.split("::")[-1].split("[")[0]
+
+
+def classify(node: str, result: dict[str, Any], baseline: dict[str, Any] | None) -> str:
+    """Why a `swap` / `amir_lens` failure is not an adapter bug, or that it may be one."""
+    if baseline is not None and baseline["outcome"] in ("failed", "error"):
+        return "shared with `trl`"
+    for pattern, refusal in REFUSALS.items():
+        if re.search(pattern, result["message"]):
+            return f"refusal by design: {refusal}"
+    if baseline is None:
+        return "not run in `trl` yet"
+    note = NOTES.get(test_name(node))
+    return f"NOT shared, no refusal: {note}" if note else "NOT shared, no refusal: investigate"
+
+
+def counts(tests: dict[str, Any]) -> Counter:
+    return Counter(r["outcome"] for r in tests.values())
+
+
+def render(results: dict[str, Any]) -> str:
+    """bench/results/trl_grpo_suite.md from the stored results."""
+    out = [
+        "# TRL's GRPO test suite against GroupwiseGRPOTrainer",
+        "",
+        "Written by `bench/trl_grpo_suite.py` (how it works, and how to run it: its docstring).",
+        "Modes: `trl` = TRL's own GRPOTrainer/GRPOConfig (baseline); `swap` = "
+        "GroupwiseGRPOTrainer/GroupwiseGRPOConfig with defaults (AMIR, LENS off); `amir_lens` = "
+        "AMIR-GRPO + LENS on, a binary correctness reward appended "
+        "(`bench/trl_suite_plugin.py`).",
+        "",
+    ]
+    order = ("passed", "failed", "error", "skipped", "xfailed")
+    for env, modes in results.items():
+        out += [f"## {env}", ""]
+        header = "| mode | tests | " + " | ".join(order) + " | test time (s) |"
+        out += [header, "|" + " --- |" * (len(order) + 3)]
+        for mode in MODES:
+            if mode not in modes:
+                continue
+            tests = modes[mode]["tests"]
+            c = counts(tests)
+            seconds = sum(r["time"] for r in tests.values())
+            cells = " | ".join(str(c.get(key, 0)) for key in order)
+            out.append(f"| `{mode}` | {len(tests)} | {cells} | {seconds:.0f} |")
+        out += ["", "Runs (a rerun of a selection updates only the tests it ran):", ""]
+        for mode in MODES:
+            for run in modes.get(mode, {}).get("runs", []):
+                out += [
+                    f"- `{mode}`, {run['date']}: {run['selected']} ({run['counts']}); wall "
+                    f"{run['wall_s']:.0f} s; load average before {run['load_before']}, after "
+                    f"{run['load_after']}; {run['machine']}",
+                    f"  `{run['command']}`",
+                ]
+        out += skipped_section(modes)
+        for mode in ("swap", "amir_lens"):
+            out += failure_section(modes, mode)
+    return "\n".join(out) + "\n"
+
+
+def skipped_section(modes: dict[str, Any]) -> list[str]:
+    """TRL's own skips (GPU, vLLM, liger, ...) and xfails, by reason, from the baseline."""
+    tests = modes.get("trl", modes.get("swap", {})).get("tests", {})
+    reasons = Counter(
+        (r["outcome"], re.sub(r"^.*?: ", "", r["message"]) if r["outcome"] == "skipped" else "")
+        for r in tests.values()
+        if r["outcome"] in ("skipped", "xfailed")
+    )
+    if not reasons:
+        return []
+    out = ["", "Skipped or expected to fail in every mode, for TRL's own reasons:", ""]
+    for (outcome, reason), n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        out.append(f"- {n} {outcome}{': ' + reason if reason else ' (marked xfail by TRL)'}")
+    return out
+
+
+def failure_section(modes: dict[str, Any], mode: str) -> list[str]:
+    tests = modes.get(mode, {}).get("tests", {})
+    baseline = modes.get("trl", {}).get("tests", {})
+    failures = {n: r for n, r in tests.items() if r["outcome"] in ("failed", "error")}
+    if mode not in modes:
+        return []
+    out = ["", f"### Failures in `{mode}` ({len(failures)})", ""]
+    if not failures:
+        return [*out, "None."]
+    out += ["| test | cause (first line) | classification |", "| --- | --- | --- |"]
+    for node, result in sorted(failures.items()):
+        cause = result["message"].replace("|", "\\|")
+        label = classify(node, result, baseline.get(node))
+        out.append(f"| `{node.split('::', 1)[1]}` | {cause} | {label} |")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tests", type=Path, help="the tests folder of a TRL checkout")
+    parser.add_argument("--mode", choices=MODES, action="append", help="repeatable; default all")
+    parser.add_argument("--standins", type=Path, default=DEFAULT_STANDINS)
+    parser.add_argument(
+        "--rerun-failed", action="store_true", help="only the tests that failed in this mode"
+    )
+    parser.add_argument(
+        "--failures-of",
+        choices=MODES,
+        action="append",
+        help="only the tests that failed in these modes (e.g. a baseline of the swap failures)",
+    )
+    parser.add_argument("nodes", nargs="*", help="node ids to run (default: the whole file)")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args()
+    results = load_results()
+    env = environment_key()
+    if not args.report_only:
+        if args.tests is None or not (args.tests / TEST_FILE).is_file():
+            raise SystemExit(f"--tests {args.tests}: no {TEST_FILE} there (TRL's tests folder)")
+        tests = args.tests.resolve()
+        build(args.standins, tests.parent)
+        for mode in args.mode or list(MODES):
+            selection = list(args.nodes)
+            if args.rerun_failed:
+                selection += failed_nodes(results, env, [mode])
+            if args.failures_of:
+                selection += failed_nodes(results, env, args.failures_of)
+            if (args.rerun_failed or args.failures_of) and not selection:
+                print(f"{mode}: nothing to rerun")
+                continue
+            selection = [
+                node if node.startswith(f"{tests.name}/") else f"{tests.name}/{node}"
+                for node in sorted(set(selection))
+            ]
+            load_before = load_average()
+            with tempfile.TemporaryDirectory() as scratch:
+                junit = Path(scratch) / "junit.xml"
+                command, wall = run_pytest(tests, mode, args.standins, selection, junit)
+                ran = read_junit(junit)
+            stored = results.setdefault(env, {}).setdefault(mode, {"tests": {}, "runs": []})
+            stored["tests"].update(ran)
+            stored["runs"].append(
+                {
+                    "date": datetime.datetime.now().isoformat(timespec="minutes"),
+                    "selected": f"{len(selection)} selected" if selection else "whole file",
+                    "counts": ", ".join(f"{k} {v}" for k, v in sorted(counts(ran).items())),
+                    "wall_s": wall,
+                    "load_before": load_before,
+                    "load_after": load_average(),
+                    "machine": f"{machine()}, trl {trl_version()}, TRL tests from {tests}",
+                    "command": " ".join(shlex.quote(part) for part in sys.argv),
+                    "pytest": " ".join(shlex.quote(part) for part in command),
+                }
+            )
+            JSON_PATH.write_text(json.dumps(results, indent=1, sort_keys=True))
+            print(f"{mode}: {stored['runs'][-1]['counts']} in {wall:.0f} s")
+    MD_PATH.write_text(render(results))
+    print(f"wrote {MD_PATH.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
