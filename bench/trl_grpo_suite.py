@@ -78,10 +78,8 @@ def trl_version() -> str:
     return version("trl")
 
 
-def run_pytest(
-    tests: Path, mode: str, standins: Path, selection: list[str], junit: Path
-) -> tuple[list[str], float]:
-    """Run TRL's GRPO test file (or the selected node ids) in `mode`; returns (command, wall s)."""
+def pytest_command(tests: Path, mode: str, standins: Path, *options: str) -> tuple[list, dict]:
+    """(argv, environment) of pytest on TRL's GRPO test file in `mode`, offline, one worker."""
     bench = Path(__file__).resolve().parent
     env = {
         **os.environ,
@@ -92,26 +90,38 @@ def run_pytest(
         "TRL_SUITE_STANDINS": str(standins),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(bench), os.environ.get("PYTHONPATH")])),
     }
-    targets = selection or [f"{tests.name}/{TEST_FILE}"]
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *targets,
-        "-p",
-        "trl_suite_plugin",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-rs",
-        "--tb=line",
-        "-W",
-        "ignore::FutureWarning",
-        f"--junitxml={junit}",
-    ]
-    start = time.monotonic()
-    subprocess.run(command, cwd=tests.parent, env=env, check=False)
-    return command, time.monotonic() - start
+    plugins = ["-p", "trl_suite_plugin", "-p", "no:cacheprovider"]
+    return [sys.executable, "-m", "pytest", *plugins, "-W", "ignore::FutureWarning", *options], env
+
+
+def collect(tests: Path, standins: Path) -> list[str]:
+    """Node ids of TRL's GRPO test file, in file order."""
+    command, env = pytest_command(
+        tests, "trl", standins, f"{tests.name}/{TEST_FILE}", "--collect-only", "-q"
+    )
+    done = subprocess.run(command, cwd=tests.parent, env=env, capture_output=True, text=True)
+    nodes = [line for line in done.stdout.splitlines() if f"{TEST_FILE}::" in line]
+    if not nodes:
+        raise SystemExit(f"pytest collected no test:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return nodes
+
+
+def run_nodes(
+    tests: Path, mode: str, standins: Path, nodes: list[str]
+) -> tuple[dict[str, dict[str, Any]], float]:
+    """Run the node ids in `mode`; returns (their outcomes, wall seconds)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        junit = Path(scratch) / "junit.xml"
+        options = ("-q", "-rs", "--tb=line", f"--junitxml={junit}")
+        command, env = pytest_command(tests, mode, standins, *nodes, *options)
+        start = time.monotonic()
+        subprocess.run(command, cwd=tests.parent, env=env, check=False)
+        wall = time.monotonic() - start
+        ran = read_junit(junit) if junit.is_file() else {}
+    missing = [node for node in nodes if node not in ran]
+    if missing:
+        raise SystemExit(f"{mode}: pytest reported nothing for {missing[:3]} (see its output)")
+    return ran, wall
 
 
 def read_junit(junit: Path) -> dict[str, dict[str, Any]]:
@@ -206,15 +216,27 @@ def render(results: dict[str, Any]) -> str:
             seconds = sum(r["time"] for r in tests.values())
             cells = " | ".join(str(c.get(key, 0)) for key in order)
             out.append(f"| `{mode}` | {len(tests)} | {cells} | {seconds:.0f} |")
-        out += ["", "Runs (a rerun of a selection updates only the tests it ran):", ""]
+        out += [
+            "",
+            "Runs (one pytest process per chunk of tests; a rerun updates the tests it ran):",
+            "",
+        ]
         for mode in MODES:
-            for run in modes.get(mode, {}).get("runs", []):
-                out += [
-                    f"- `{mode}`, {run['date']}: {run['selected']} ({run['counts']}); wall "
-                    f"{run['wall_s']:.0f} s; load average before {run['load_before']}, after "
-                    f"{run['load_after']}; {run['machine']}",
-                    f"  `{run['command']}`",
-                ]
+            runs = modes.get(mode, {}).get("runs", [])
+            if not runs:
+                continue
+            loads = [
+                float(run[key].split()[0]) for run in runs for key in ("load_before", "load_after")
+            ]
+            wall = sum(run["wall_s"] for run in runs)
+            out.append(
+                f"- `{mode}`: {len(runs)} pytest runs, {sum(r['tests'] for r in runs)} test runs, "
+                f"{runs[0]['date']} to {runs[-1]['date']}, wall {wall / 60:.0f} min in all; 1-min "
+                f"load average {min(loads):.1f} to {max(loads):.1f} (2 cores shared with 4 other "
+                f"engineers); {runs[-1]['machine']}; TRL tests from {runs[-1]['tests_from']}"
+            )
+            for command in dict.fromkeys(run["command"] for run in runs):
+                out.append(f"  - `python {command}`")
         out += skipped_section(modes)
         for mode in ("swap", "amir_lens"):
             out += failure_section(modes, mode)
@@ -260,13 +282,23 @@ def main() -> None:
     parser.add_argument("--mode", choices=MODES, action="append", help="repeatable; default all")
     parser.add_argument("--standins", type=Path, default=DEFAULT_STANDINS)
     parser.add_argument(
-        "--rerun-failed", action="store_true", help="only the tests that failed in this mode"
+        "--chunk",
+        type=int,
+        default=12,
+        help="tests per pytest run; every mode runs a chunk "
+        "before the next chunk starts, and results are saved after each run (resumable)",
+    )
+    parser.add_argument(
+        "--rerun-failed", action="store_true", help="only the tests that failed in that mode"
     )
     parser.add_argument(
         "--failures-of",
         choices=MODES,
         action="append",
         help="only the tests that failed in these modes (e.g. a baseline of the swap failures)",
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="rerun tests that already have a stored result"
     )
     parser.add_argument("nodes", nargs="*", help="node ids to run (default: the whole file)")
     parser.add_argument("--report-only", action="store_true")
@@ -278,41 +310,52 @@ def main() -> None:
             raise SystemExit(f"--tests {args.tests}: no {TEST_FILE} there (TRL's tests folder)")
         tests = args.tests.resolve()
         build(args.standins, tests.parent)
-        for mode in args.mode or list(MODES):
-            selection = list(args.nodes)
-            if args.rerun_failed:
-                selection += failed_nodes(results, env, [mode])
-            if args.failures_of:
-                selection += failed_nodes(results, env, args.failures_of)
-            if (args.rerun_failed or args.failures_of) and not selection:
-                print(f"{mode}: nothing to rerun")
-                continue
-            selection = [
-                node if node.startswith(f"{tests.name}/") else f"{tests.name}/{node}"
-                for node in sorted(set(selection))
-            ]
-            load_before = load_average()
-            with tempfile.TemporaryDirectory() as scratch:
-                junit = Path(scratch) / "junit.xml"
-                command, wall = run_pytest(tests, mode, args.standins, selection, junit)
-                ran = read_junit(junit)
-            stored = results.setdefault(env, {}).setdefault(mode, {"tests": {}, "runs": []})
-            stored["tests"].update(ran)
-            stored["runs"].append(
-                {
-                    "date": datetime.datetime.now().isoformat(timespec="minutes"),
-                    "selected": f"{len(selection)} selected" if selection else "whole file",
-                    "counts": ", ".join(f"{k} {v}" for k, v in sorted(counts(ran).items())),
-                    "wall_s": wall,
-                    "load_before": load_before,
-                    "load_after": load_average(),
-                    "machine": f"{machine()}, trl {trl_version()}, TRL tests from {tests}",
-                    "command": " ".join(shlex.quote(part) for part in sys.argv),
-                    "pytest": " ".join(shlex.quote(part) for part in command),
-                }
-            )
-            JSON_PATH.write_text(json.dumps(results, indent=1, sort_keys=True))
-            print(f"{mode}: {stored['runs'][-1]['counts']} in {wall:.0f} s")
+        prefix = f"{tests.name}/"
+        nodes = [n if n.startswith(prefix) else prefix + n for n in args.nodes]
+        nodes = nodes or collect(tests, args.standins)
+        modes = args.mode or list(MODES)
+        todo = {}
+        for mode in modes:
+            stored = results.get(env, {}).get(mode, {}).get("tests", {})
+            chosen = nodes
+            if args.rerun_failed or args.failures_of:
+                wanted = set(failed_nodes(results, env, [mode] if args.rerun_failed else []))
+                wanted |= set(failed_nodes(results, env, args.failures_of or []))
+                chosen = [node for node in nodes if node in wanted]
+            elif not args.fresh and not args.nodes:
+                chosen = [node for node in nodes if node not in stored]  # resume
+            todo[mode] = chosen
+        for start in range(0, len(nodes), args.chunk):
+            chunk = set(nodes[start : start + args.chunk])
+            for mode in modes:
+                selection = [node for node in todo[mode] if node in chunk]
+                if not selection:
+                    continue
+                load_before = load_average()
+                ran, wall = run_nodes(tests, mode, args.standins, selection)
+                stored = results.setdefault(env, {}).setdefault(mode, {"tests": {}, "runs": []})
+                stored["tests"].update(ran)
+                stored["runs"].append(
+                    {
+                        "date": datetime.datetime.now().isoformat(timespec="minutes"),
+                        "tests": len(selection),
+                        "counts": dict(counts(ran)),
+                        "wall_s": round(wall, 1),
+                        "load_before": load_before,
+                        "load_after": load_average(),
+                        "machine": f"{machine()}, trl {trl_version()}",
+                        "tests_from": str(tests),
+                        "command": " ".join(shlex.quote(part) for part in sys.argv),
+                    }
+                )
+                JSON_PATH.write_text(json.dumps(results, indent=1, sort_keys=True))
+                MD_PATH.write_text(render(results))
+                done = sum(len(todo[m]) for m in modes)
+                print(
+                    f"{mode}: {dict(counts(ran))} in {wall:.0f} s ({start + len(chunk)} of "
+                    f"{len(nodes)} tests; {done} test runs planned)",
+                    flush=True,
+                )
     MD_PATH.write_text(render(results))
     print(f"wrote {MD_PATH.relative_to(REPO)}")
 
