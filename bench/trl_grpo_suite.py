@@ -89,6 +89,8 @@ def pytest_command(tests: Path, mode: str, standins: Path, *options: str) -> tup
         "TRL_SUITE_MODE": mode,
         "TRL_SUITE_STANDINS": str(standins),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(bench), os.environ.get("PYTHONPATH")])),
+        # one thread: on a shared 2-core machine more threads per process only contend
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
     plugins = ["-p", "trl_suite_plugin", "-p", "no:cacheprovider"]
     return [sys.executable, "-m", "pytest", *plugins, "-W", "ignore::FutureWarning", *options], env
@@ -300,6 +302,11 @@ def main() -> None:
     parser.add_argument(
         "--fresh", action="store_true", help="rerun tests that already have a stored result"
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="repeatable: only the tests of this name (a test function, all its parameters)",
+    )
     parser.add_argument("nodes", nargs="*", help="node ids to run (default: the whole file)")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
@@ -313,6 +320,8 @@ def main() -> None:
         prefix = f"{tests.name}/"
         nodes = [n if n.startswith(prefix) else prefix + n for n in args.nodes]
         nodes = nodes or collect(tests, args.standins)
+        if args.only:
+            nodes = [node for node in nodes if test_name(node) in args.only]
         modes = args.mode or list(MODES)
         todo = {}
         for mode in modes:
