@@ -308,6 +308,9 @@ def main() -> None:
         help="repeatable: only the tests of this name (a test function, all its parameters)",
     )
     parser.add_argument("nodes", nargs="*", help="node ids to run (default: the whole file)")
+    parser.add_argument(
+        "--source", help="what the TRL checkout is, for the report (e.g. 'main at f2cd577')"
+    )
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     results = load_results()
@@ -353,7 +356,7 @@ def main() -> None:
                         "load_before": load_before,
                         "load_after": load_average(),
                         "machine": f"{machine()}, trl {trl_version()}",
-                        "tests_from": str(tests),
+                        "tests_from": f"{tests} ({args.source})" if args.source else str(tests),
                         "command": " ".join(shlex.quote(part) for part in sys.argv),
                     }
                 )
