@@ -60,9 +60,14 @@ REFUSALS = {
 }
 """Message pattern of an error the adapter raises on purpose -> what it refuses (README)."""
 
-NOTES: dict[str, str] = {}
-"""Test name (without parameters) -> the explanation of its failure found by reading it, for
-failures neither shared with `trl` nor a refusal (filled in after investigating)."""
+NOTES: dict[tuple[str, str], str] = {
+    ("amir_lens", "test_correct_reward_processing_classes_list"): "harness: the test asserts "
+    "len(trainer.reward_processing_classes) == 2, and mode amir_lens appends a reward function "
+    "(and its processing class)",
+}
+"""(mode, test name without parameters) -> the explanation of a failure neither shared with
+`trl` nor a refusal, found by reading the test: `harness: ...` where the failure comes from
+what mode amir_lens adds (a reward function, AMIR_LENS_OPTIONS), `adapter bug: ...` otherwise."""
 
 
 def environment_key() -> str:
@@ -176,7 +181,7 @@ def test_name(node: str) -> str:
     return node.split("::")[-1].split("[")[0]
 
 
-def classify(node: str, result: dict[str, Any], baseline: dict[str, Any] | None) -> str:
+def classify(mode: str, node: str, result: dict[str, Any], baseline: dict[str, Any] | None) -> str:
     """Why a `swap` / `amir_lens` failure is not an adapter bug, or that it may be one."""
     if baseline is not None and baseline["outcome"] in ("failed", "error"):
         return "shared with `trl`"
@@ -185,8 +190,7 @@ def classify(node: str, result: dict[str, Any], baseline: dict[str, Any] | None)
             return f"refusal by design: {refusal}"
     if baseline is None:
         return "not run in `trl` yet"
-    note = NOTES.get(test_name(node))
-    return f"NOT shared, no refusal: {note}" if note else "NOT shared, no refusal: investigate"
+    return NOTES.get((mode, test_name(node)), "NOT shared, no refusal: investigate")
 
 
 def counts(tests: dict[str, Any]) -> Counter:
@@ -203,6 +207,17 @@ def render(results: dict[str, Any]) -> str:
         "GroupwiseGRPOTrainer/GroupwiseGRPOConfig with defaults (AMIR, LENS off); `amir_lens` = "
         "AMIR-GRPO + LENS on, a binary correctness reward appended "
         "(`bench/trl_suite_plugin.py`).",
+        "",
+        "Offline: the hub models are stand-ins of the same architecture classes and sizes as "
+        "TRL's tiny models, random weights, SmolLM2's tokenizer with each family's special "
+        "tokens and TRL's own chat template for it; the datasets are made by TRL's own "
+        "scripts/generate_zen*_dataset.py (`bench/trl_suite_standins.py`). The vision-language "
+        "models have no stand-in: their tests fail in every mode (shared). Mode `amir_lens` "
+        "appends `groupwise_correct` (1 if the completion's text has an even length, else 0: "
+        "binary, about half correct on a random policy) to each trainer's reward functions and "
+        "names it the correctness reward, with an AMIR margin of 0.5, so that TRL's layouts "
+        "get mixed groups, pairs and LENS advantages; a test that builds no reward function "
+        "keeps none.",
         "",
     ]
     order = ("passed", "failed", "error", "skipped", "xfailed")
@@ -273,7 +288,7 @@ def failure_section(modes: dict[str, Any], mode: str) -> list[str]:
     out += ["| test | cause (first line) | classification |", "| --- | --- | --- |"]
     for node, result in sorted(failures.items()):
         cause = result["message"].replace("|", "\\|")
-        label = classify(node, result, baseline.get(node))
+        label = classify(mode, node, result, baseline.get(node))
         out.append(f"| `{node.split('::', 1)[1]}` | {cause} | {label} |")
     return out
 

@@ -105,8 +105,9 @@ class AmirLensGRPOTrainer(GroupwiseGRPOTrainer):
             if args.reward_weights is not None and len(args.reward_weights) == len(funcs):
                 args.reward_weights = [*args.reward_weights, 1.0]
             processing = kwargs.get("reward_processing_classes")
-            if isinstance(processing, list):
-                kwargs["reward_processing_classes"] = [*processing, None]
+            if processing is not None:
+                listed = processing if isinstance(processing, list) else [processing]
+                kwargs["reward_processing_classes"] = [*listed, None]
             reward_funcs = [*funcs, groupwise_correct]
         super().__init__(model, reward_funcs, args, *more, **kwargs)
 
