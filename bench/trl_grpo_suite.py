@@ -64,6 +64,12 @@ NOTES: dict[tuple[str, str], str] = {
     ("amir_lens", "test_correct_reward_processing_classes_list"): "harness: the test asserts "
     "len(trainer.reward_processing_classes) == 2, and mode amir_lens appends a reward function "
     "(and its processing class)",
+    ("amir_lens", "test_warning_raised_all_rewards_none"): "harness: the appended correctness "
+    "reward never returns None, so no row has all rewards None and TRL's warning the test "
+    "expects is not raised (the all-None case itself is issue 22 item 3, tested there)",
+    ("amir_lens", "test_reward_metric_reflects_reward_weights"): "harness: the test checks the "
+    "logged reward equals 0.7 x 1 + 0.3 x 0, and the appended correctness reward (weight 1) "
+    "adds its mean to that total",
 }
 """(mode, test name without parameters) -> the explanation of a failure neither shared with
 `trl` nor a refusal, found by reading the test: `harness: ...` where the failure comes from
@@ -188,9 +194,11 @@ def classify(mode: str, node: str, result: dict[str, Any], baseline: dict[str, A
     for pattern, refusal in REFUSALS.items():
         if re.search(pattern, result["message"]):
             return f"refusal by design: {refusal}"
+    if (mode, test_name(node)) in NOTES:
+        return NOTES[(mode, test_name(node))]
     if baseline is None:
         return "not run in `trl` yet"
-    return NOTES.get((mode, test_name(node)), "NOT shared, no refusal: investigate")
+    return "NOT shared, no refusal: investigate"
 
 
 def counts(tests: dict[str, Any]) -> Counter:
