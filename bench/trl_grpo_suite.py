@@ -64,6 +64,9 @@ NOTES: dict[tuple[str, str], str] = {
     ("amir_lens", "test_correct_reward_processing_classes_list"): "harness: the test asserts "
     "len(trainer.reward_processing_classes) == 2, and mode amir_lens appends a reward function "
     "(and its processing class)",
+    ("amir_lens", "test_single_reward_model_with_single_processing_class"): "harness: the test "
+    "passes one processing class for its one reward model and asserts there is one; mode "
+    "amir_lens appends a reward function (and a processing class for it)",
     ("amir_lens", "test_warning_raised_all_rewards_none"): "harness: the appended correctness "
     "reward never returns None, so no row has all rewards None and TRL's warning the test "
     "expects is not raised (the all-None case itself is issue 22 item 3, tested there)",
