@@ -79,6 +79,19 @@ NOTES: dict[tuple[str, str], str] = {
 what mode amir_lens adds (a reward function, AMIR_LENS_OPTIONS), `adapter bug: ...` otherwise."""
 
 
+SHARED_CAUSES = {
+    r"couldn't connect to 'https://huggingface.co'": "a vision-language model with no offline "
+    "stand-in",
+    r"index out of range in self": "the test mocks generate() with Qwen's own token ids "
+    "(151643, 151645), beyond the stand-in tokenizer's vocabulary",
+    r"has no attribute 'eos_token_ids'": "the checkout's tests build a bare trainer with the "
+    "attributes of another TRL version than the installed one",
+    r"DID NOT RAISE": "the test expects the liger-kernel error, and liger-kernel is not installed",
+}
+"""Message pattern of a failure every mode shares -> its cause on this machine (summarised in
+the report; the shared failures are listed with the others)."""
+
+
 def environment_key() -> str:
     """Which environment ran: the virtual environment's folder and transformers' version."""
     import transformers
@@ -233,7 +246,10 @@ def render(results: dict[str, Any]) -> str:
     ]
     order = ("passed", "failed", "error", "skipped", "xfailed")
     for env, modes in results.items():
+        collected = modes.get("collected")
         out += [f"## {env}", ""]
+        if collected:
+            out += [f"{collected} tests collected from {TEST_FILE}.", ""]
         header = "| mode | tests | " + " | ".join(order) + " | test time (s) |"
         out += [header, "|" + " --- |" * (len(order) + 3)]
         for mode in MODES:
@@ -296,6 +312,18 @@ def failure_section(modes: dict[str, Any], mode: str) -> list[str]:
     out = ["", f"### Failures in `{mode}` ({len(failures)})", ""]
     if not failures:
         return [*out, "None."]
+    causes = Counter(
+        next((c for p, c in SHARED_CAUSES.items() if re.search(p, r["message"])), "other")
+        for n, r in failures.items()
+        if baseline.get(n, {}).get("outcome") in ("failed", "error")
+    )
+    if causes:
+        out.append(
+            "Shared with `trl`, by cause: "
+            + "; ".join(f"{n} {cause}" for cause, n in causes.most_common())
+            + "."
+        )
+        out.append("")
     out += ["| test | cause (first line) | classification |", "| --- | --- | --- |"]
     for node, result in sorted(failures.items()):
         cause = result["message"].replace("|", "\\|")
@@ -348,7 +376,9 @@ def main() -> None:
         build(args.standins, tests.parent)
         prefix = f"{tests.name}/"
         nodes = [n if n.startswith(prefix) else prefix + n for n in args.nodes]
-        nodes = nodes or collect(tests, args.standins)
+        if not nodes:
+            nodes = collect(tests, args.standins)
+            results.setdefault(env, {})["collected"] = len(nodes)
         if args.only:
             nodes = [node for node in nodes if test_name(node) in args.only]
         modes = args.mode or list(MODES)
