@@ -205,11 +205,11 @@ def test_name(node: str) -> str:
 
 def classify(mode: str, node: str, result: dict[str, Any], baseline: dict[str, Any] | None) -> str:
     """Why a `swap` / `amir_lens` failure is not an adapter bug, or that it may be one."""
-    if baseline is not None and baseline["outcome"] in ("failed", "error"):
-        return "shared with `trl`"
     for pattern, refusal in REFUSALS.items():
         if re.search(pattern, result["message"]):
             return f"refusal by design: {refusal}"
+    if baseline is not None and baseline["outcome"] in ("failed", "error"):
+        return "shared with `trl`"
     if (mode, test_name(node)) in NOTES:
         return NOTES[(mode, test_name(node))]
     if baseline is None:
@@ -315,7 +315,7 @@ def failure_section(modes: dict[str, Any], mode: str) -> list[str]:
     causes = Counter(
         next((c for p, c in SHARED_CAUSES.items() if re.search(p, r["message"])), "other")
         for n, r in failures.items()
-        if baseline.get(n, {}).get("outcome") in ("failed", "error")
+        if classify(mode, n, r, baseline.get(n)) == "shared with `trl`"
     )
     if causes:
         out.append(
