@@ -282,8 +282,12 @@ def render(results: dict[str, Any]) -> str:
                 f"load average {min(loads):.1f} to {max(loads):.1f} (2 cores shared with 4 other "
                 f"engineers); {runs[-1]['machine']}; TRL tests from {runs[-1]['tests_from']}"
             )
-            for command in dict.fromkeys(run["command"] for run in runs):
-                out.append(f"  - `python {command}`")
+            # --only lists (priority passes of this session) shortened, so that commands repeat
+            shortened = (
+                re.sub(r"(--only \S+ ?)+", "--only NAME... ", run["command"]) for run in runs
+            )
+            for command in dict.fromkeys(shortened):
+                out.append(f"  - `python {command.strip()}`")
         out += skipped_section(modes)
         for mode in ("swap", "amir_lens"):
             out += failure_section(modes, mode)
@@ -291,8 +295,10 @@ def render(results: dict[str, Any]) -> str:
 
 
 def skipped_section(modes: dict[str, Any]) -> list[str]:
-    """TRL's own skips (GPU, vLLM, liger, ...) and xfails, by reason, from the baseline."""
-    tests = modes.get("trl", modes.get("swap", {})).get("tests", {})
+    """TRL's own skips (GPU, vLLM, liger, ...) and xfails, by reason, from the mode that ran
+    the most tests."""
+    ran = [modes[mode]["tests"] for mode in MODES if mode in modes]
+    tests = max(ran, key=len, default={})  # skips are the same in every mode
     reasons = Counter(
         (r["outcome"], re.sub(r"^.*?: ", "", r["message"]) if r["outcome"] == "skipped" else "")
         for r in tests.values()
@@ -414,7 +420,8 @@ def main() -> None:
                         "wall_s": round(wall, 1),
                         "load_before": load_before,
                         "load_after": load_average(),
-                        "machine": f"{machine()}, trl {trl_version()}",
+                        "machine": f"{machine()}, trl {trl_version()}; pytest with "
+                        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')}",
                         "tests_from": f"{tests} ({args.source})" if args.source else str(tests),
                         "command": " ".join(shlex.quote(part) for part in sys.argv),
                     }
