@@ -55,7 +55,9 @@ REFUSALS = {
     "sum of the rewards: multi_objective_aggregation='sum_then_normalize' only",
     r"mask_truncated_completions=True": "mask_truncated_completions=True removes the tokens "
     "AMIR's l(q, o) and LENS's confidence are measured on",
-    r"lambda_measure='grad'": "lambda_measure='grad' needs two backward passes",
+    r"amir_lambda_measure='grad'": "amir_lambda_measure='grad' needs a second backward pass",
+    r"is not below .*, the largest gap": "an AMIR margin no two rewards can exceed",
+    r"LENS needs a binary correctness reward": "LENS with a correctness reward that is not 0/1",
     r"needs args=GroupwiseGRPOConfig": "GroupwiseGRPOTrainer needs a GroupwiseGRPOConfig",
 }
 """Message pattern of an error the adapter raises on purpose -> what it refuses (README)."""

@@ -42,10 +42,10 @@ CORRECTNESS_REWARD = "groupwise_correct"
 # are, edit this dict only.
 AMIR_LENS_OPTIONS: dict[str, Any] = {
     "amir": True,
-    "margin": 0.5,  # below the correctness reward's gap of 1, so that mixed groups yield pairs
-    "advantage": "lens",
+    "amir_margin": 0.5,  # below the correctness reward's gap of 1: mixed groups yield pairs
+    "advantage_estimator": "lens",
     "correctness_reward": CORRECTNESS_REWARD,
-    "correct_value": 1.0,
+    "correctness_value": 1.0,
 }
 
 SHIMS: list[str] = []
