@@ -46,14 +46,12 @@ import datetime
 import json
 import math
 import os
-import platform
 import shlex
 import signal
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -61,298 +59,25 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from groupwise.models import register_model_alias
-from groupwise.sft import SFTSettings, load_base_policy
-
-REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "configs" / "testbed_arith.yaml"
-RESULTS_DIR = REPO / "bench" / "results"
-
-
-@dataclass(frozen=True)
-class Method:
-    """A method of the testbed: its label in tables and figures, its overrides of
-    configs/testbed_arith.yaml (which is GRPO), and one line on what it is."""
-
-    label: str
-    overrides: tuple[str, ...]
-    note: str
-
-
-GSPO = ("algorithm.loss_level=sequence", "algorithm.eps_low=3e-4", "algorithm.eps_high=4e-4")
-LENS = ("algorithm.advantage=lens",)
-AMIR = ("algorithm.amir=true",)
-# Method key (folder name, --methods) -> Method. Nothing else differs between runs.
-METHODS: dict[str, Method] = {
-    "grpo": Method("GRPO", (), "the config as it is"),
-    "amir": Method("AMIR-GRPO", AMIR, "lambda by the official loss-ratio rule"),
-    "amir_grad": Method(
-        "AMIR-GRPO grad-λ",
-        (*AMIR, "algorithm.lambda_measure=grad"),
-        "lambda by the gradient-norm ratio, measured every step",
-    ),
-    "lens": Method("LENS", LENS, "full"),
-    "lens_mixed": Method(
-        "LENS mixed_only", (*LENS, "algorithm.lens_mode=mixed_only"), "all-wrong groups get A = 0"
-    ),
-    "lens_negative": Method(
-        "LENS negative_only",
-        (*LENS, "algorithm.lens_mode=negative_only"),
-        "mixed groups use plain binary GRPO",
-    ),
-    "amir_lens": Method("AMIR-GRPO+LENS", (*LENS, *AMIR), "both; lambda by the loss rule"),
-    "gspo_m2": Method(
-        "GSPO M=2",
-        (*GSPO, "algorithm.minibatches=2"),
-        "sequence ratio, clip 3e-4/4e-4, 2 PPO mini-batches per rollout batch",
-    ),
-    "grpo_m2": Method(
-        "GRPO M=2",
-        ("algorithm.minibatches=2",),
-        "GRPO with GSPO's 2 mini-batches: the control for its extra optimizer steps",
-    ),
-}
-REFERENCE = "grpo"
-BASE = "base"
-# Runs that only control another method's comparison: scheduled after every other run.
-CONTROLS = ("grpo_m2",)
-LENS_METHODS = ("lens", "lens_mixed", "lens_negative", "amir_lens")
-AMIR_METHODS = ("amir", "amir_grad", "amir_lens")
-# Per-step metrics kept from each run's metrics.jsonl.
-STEP_KEYS = (
-    "accuracy",
-    "group_all_wrong",
-    "group_all_correct",
-    "group_all_wrong_active",
-    "all_wrong_grad_share",
-    "grad_norm",
-    "lambda",
-    "pairs_per_group",
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_plan import (
+    BASE,
+    COMMITTED,
+    CONFIG,
+    CONTROLS,
+    METHODS,
+    PRESETS,
+    REPO,
+    RESULTS_DIR,
+    STEP_KEYS,
+    BenchSettings,
+    RunSpec,
+    names,
+    run_specs,
+    select,
+    train_overrides,
+    with_settings,
 )
-
-
-def _quick_base(*, dtype: torch.dtype | None, seed: int) -> tuple[Any, Any]:
-    return load_base_policy(settings=SFTSettings.quick())
-
-
-# The test-size base policy (groupwise.sft's quick preset) for the smoke preset; registered at
-# import so that worker processes, which import this module, know it too.
-register_model_alias("arith-base-quick", _quick_base)
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    """What defines the runs of one bench (saved as OUTPUT/settings.json).
-
-    levels: {level: method keys run at that level}. seeds: training seeds (each run's
-    train.seed; the base policy is the same for all). steps ({level: steps}), questions_per_step,
-    group_size, lr, schedule: the equal budget of every method at a level. eval_problems,
-    eval_n, eval_ks: the final held-out evaluation (the first eval_problems test problems of the
-    level, eval_n samples each, pass@k for each k). curve_points, curve_problems, curve_n:
-    held-out evaluations during training, at steps S/curve_points, 2 S/curve_points, ..., S (and
-    the base at 0), on the first curve_problems problems with curve_n samples. max_new_tokens:
-    for training and evaluation. model: the base policy alias.
-    """
-
-    levels: dict[str, tuple[str, ...]]
-    seeds: tuple[int, ...]
-    steps: dict[str, int]
-    questions_per_step: int
-    group_size: int
-    lr: float
-    schedule: str
-    eval_problems: int
-    eval_n: int
-    eval_ks: tuple[int, ...]
-    curve_points: int
-    curve_problems: int
-    curve_n: int
-    max_new_tokens: int
-    model: str
-
-    # Settings a run's results depend on; an output folder must keep them (levels and seeds
-    # only add or drop runs).
-    RUN_KEYS = (
-        "steps",
-        "questions_per_step",
-        "group_size",
-        "lr",
-        "schedule",
-        "eval_problems",
-        "eval_n",
-        "eval_ks",
-        "curve_points",
-        "curve_problems",
-        "curve_n",
-        "max_new_tokens",
-        "model",
-    )
-
-    def __post_init__(self) -> None:
-        for level in self.levels:
-            steps = self.steps.get(level)
-            if not isinstance(steps, int) or steps < 1 or steps % self.curve_points:
-                raise ValueError(
-                    f"steps of level {level!r} ({steps}) must be a positive multiple of "
-                    f"curve_points ({self.curve_points})"
-                )
-
-    def curve_steps(self, level: str) -> list[int]:
-        """The steps of the held-out evaluations during training at `level`, the base's 0
-        first."""
-        every = self.steps[level] // self.curve_points
-        return [every * i for i in range(self.curve_points + 1)]
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["levels"] = {k: list(v) for k, v in self.levels.items()}
-        data["seeds"] = list(self.seeds)
-        data["eval_ks"] = list(self.eval_ks)
-        return data
-
-
-PRESETS: dict[str, BenchSettings] = {
-    "full": BenchSettings(
-        levels={
-            # Sized to about 4.5 hours on 2 cores (268 min measured): AMIR-GRPO on long,
-            # AMIR-GRPO + LENS on mid and the LENS ablations on mid did not fit.
-            "mid": ("grpo", "amir", "amir_grad", "lens", "gspo_m2", "grpo_m2"),
-            # Half the groups all-wrong at the start, more as GRPO sharpens the policy, while
-            # GRPO still lifts pass@1: LENS's regime.
-            "long": ("grpo", "lens", "lens_mixed", "lens_negative", "amir_lens"),
-        },
-        seeds=(0, 1, 2, 3, 4),
-        steps={"mid": 160, "long": 100},
-        questions_per_step=16,
-        group_size=8,
-        lr=1e-4,
-        schedule="cosine",
-        eval_problems=200,
-        eval_n=16,
-        eval_ks=(1, 4, 8, 16),
-        curve_points=4,
-        curve_problems=150,
-        curve_n=8,
-        max_new_tokens=96,
-        model="arith-base",
-    ),
-    "quick": BenchSettings(
-        levels={"mid": ("grpo", "amir", "lens", "gspo_m2")},
-        seeds=(0, 1),
-        steps={"mid": 60},
-        questions_per_step=16,
-        group_size=8,
-        lr=1e-4,
-        schedule="cosine",
-        eval_problems=100,
-        eval_n=16,
-        eval_ks=(1, 4, 8, 16),
-        curve_points=2,
-        curve_problems=100,
-        curve_n=8,
-        max_new_tokens=96,
-        model="arith-base",
-    ),
-    # GRPO at a constant learning rate (after warm-up), evaluated every 25 steps: where its
-    # held-out pass@1 stops rising, which sized the full preset.
-    "plateau": BenchSettings(
-        levels={"mid": ("grpo",), "long": ("grpo",)},
-        seeds=(0,),
-        steps={"mid": 200, "long": 200},
-        questions_per_step=16,
-        group_size=8,
-        lr=1e-4,
-        schedule="constant",
-        eval_problems=150,
-        eval_n=8,
-        eval_ks=(1, 4, 8),
-        curve_points=8,
-        curve_problems=150,
-        curve_n=8,
-        max_new_tokens=96,
-        model="arith-base",
-    ),
-    "smoke": BenchSettings(
-        levels={"easy": tuple(METHODS)},
-        seeds=(0, 1),
-        steps={"easy": 4},
-        questions_per_step=4,
-        group_size=4,
-        lr=1e-4,
-        schedule="cosine",
-        eval_problems=12,
-        eval_n=4,
-        eval_ks=(1, 4),
-        curve_points=2,
-        curve_problems=8,
-        curve_n=2,
-        max_new_tokens=64,
-        model="arith-base-quick",
-    ),
-}
-
-
-# Presets whose complete runs write bench/results/NAME.md (and .json, figures).
-COMMITTED = {"full": "learning", "plateau": "learning-plateau"}
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One run: `method` at `level` with training seed `seed` (method "base": the untrained
-    base policy, evaluated only; its seed is unused)."""
-
-    level: str
-    method: str
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.level}/{self.method}" + ("" if self.method == BASE else f"/seed{self.seed}")
-
-    def folder(self, root: Path) -> Path:
-        return root / self.level / self.method / ("" if self.method == BASE else f"seed{self.seed}")
-
-
-def run_specs(settings: BenchSettings) -> list[RunSpec]:
-    """The baseline of every level, then every (seed, level, method) run, seeds outermost (a
-    bench stopped early holds every method for its first seeds, so its differences stay
-    paired), the CONTROLS' runs last."""
-    specs = [RunSpec(level, BASE, 0) for level in settings.levels]
-    for methods in settings.levels.values():
-        unknown = [m for m in methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown method(s) {unknown}; valid: {', '.join(METHODS)}")
-    for controls in (False, True):
-        for seed in settings.seeds:
-            for level, methods in settings.levels.items():
-                specs += [
-                    RunSpec(level, m, seed) for m in methods if (m in CONTROLS) == controls
-                ]
-    return specs
-
-
-def train_overrides(spec: RunSpec, settings: BenchSettings, run_dir: Path) -> list[str]:
-    """Overrides of configs/testbed_arith.yaml for one training run: a checkpoint at every
-    curve step (all kept, for the evaluations during training) and the LENS diagnostic on."""
-    return [
-        f"model.name={settings.model}",
-        f"data.options.level={spec.level}",
-        f"rollout.group_size={settings.group_size}",
-        f"rollout.questions_per_step={settings.questions_per_step}",
-        f"rollout.max_new_tokens={settings.max_new_tokens}",
-        f"rollout.batch_size={settings.group_size * settings.questions_per_step}",
-        f"train.micro_batch_size={settings.group_size * settings.questions_per_step}",
-        f"optim.lr={settings.lr}",
-        f"optim.schedule={settings.schedule}",
-        f"train.max_steps={settings.steps[spec.level]}",
-        f"train.save_every={settings.steps[spec.level] // settings.curve_points}",
-        "train.keep_checkpoints=0",
-        "train.log_all_wrong_gradient=true",
-        f"train.seed={spec.seed}",
-        f"train.output_dir={run_dir}",
-        *METHODS[spec.method].overrides,
-    ]
-
 
 # ---------------------------------------------------------------------------------------------
 # One run: train (or resume), evaluate during and after training, summarise
@@ -467,8 +192,10 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
             trainer = Trainer(config, resume=True)
             trainer.train()
             if trainer.stop_signal is not None:
-                raise SystemExit(f"{spec.name}: stopped by signal {trainer.stop_signal} after a "
-                                 "checkpoint; rerun the same command to resume")
+                raise SystemExit(
+                    f"{spec.name}: stopped by signal {trainer.stop_signal} after a "
+                    "checkpoint; rerun the same command to resume"
+                )
         trained = time.perf_counter()
         model_name = str(final.resolve())
         model, tokenizer = load_model(s.model)
@@ -482,8 +209,15 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
         steps = read_steps(folder / "metrics.jsonl")
     # The last checkpoint holds the final weights (the trainer saves at max_steps).
     final_eval = evaluate_policy(
-        model, tokenizer, model_name, spec.level, s.eval_problems, s.eval_n, s.eval_ks,
-        s.max_new_tokens, folder / "eval",
+        model,
+        tokenizer,
+        model_name,
+        spec.level,
+        s.eval_problems,
+        s.eval_n,
+        s.eval_ks,
+        s.max_new_tokens,
+        folder / "eval",
     )
     summary = {
         "level": spec.level,
@@ -501,20 +235,8 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
     return summary
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # The bench
-
-
-def machine() -> str:
-    import transformers
-
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
-        f"{platform.python_version()}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}"
-    )
 
 
 def load_average() -> str:
@@ -611,8 +333,10 @@ def run_in_processes(
                 spec, child = running.pop(sentinel)
                 child.join()
                 if child.exitcode != 0:
-                    raise RuntimeError(f"{spec.name} stopped (exit code {child.exitcode}); its "
-                                       "output is above; the same command resumes the bench")
+                    raise RuntimeError(
+                        f"{spec.name} stopped (exit code {child.exitcode}); its "
+                        "output is above; the same command resumes the bench"
+                    )
                 finished(json.loads((spec.folder(root) / "summary.json").read_text()))
     except BaseException as error:
         for _, child in running.values():
@@ -629,7 +353,6 @@ class _Terminated(Exception):
     """SIGTERM reached the bench."""
 
 
-
 def record_invocation(root: Path, record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Append one invocation's record to ROOT/invocations.json; returns all records so far."""
     path = root / "invocations.json"
@@ -639,60 +362,23 @@ def record_invocation(root: Path, record: Mapping[str, Any]) -> list[dict[str, A
     return records
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def select(
-    settings: BenchSettings, levels: Sequence[str] | None, methods: Sequence[str] | None
-) -> BenchSettings:
-    """`settings` restricted to some of its levels and methods (None: all of them)."""
-    unknown = [level for level in levels or () if level not in settings.levels]
-    unknown += [m for m in methods or () if m not in METHODS]
-    if unknown:
-        raise ValueError(
-            f"unknown level(s) or method(s) {unknown}; levels of this preset: "
-            f"{', '.join(settings.levels)}; methods: {', '.join(METHODS)}"
-        )
-    chosen = {
-        level: tuple(m for m in ms if methods is None or m in methods)
-        for level, ms in settings.levels.items()
-        if levels is None or level in levels
-    }
-    return dataclasses.replace(settings, levels={k: v for k, v in chosen.items() if v})
-
-
-def with_settings(settings: BenchSettings, assignments: Sequence[str]) -> BenchSettings:
-    """`settings` with KEY=VALUE assignments of its RUN_KEYS applied (values read as YAML)."""
-    import yaml
-
-    changes: dict[str, Any] = {}
-    for assignment in assignments:
-        key, sep, raw = assignment.partition("=")
-        if not sep or key not in BenchSettings.RUN_KEYS:
-            raise ValueError(
-                f"--set {assignment!r}: expected KEY=VALUE with KEY one of "
-                f"{', '.join(BenchSettings.RUN_KEYS)}"
-            )
-        value = yaml.safe_load(raw)
-        changes[key] = tuple(value) if key == "eval_ks" else value
-    if "lr" in changes:
-        changes["lr"] = float(changes["lr"])
-    return dataclasses.replace(settings, **changes)
-
-
 def complete_part(settings: BenchSettings, root: Path) -> tuple[BenchSettings, list[str]]:
     """The part of `settings` whose runs under `root` are all complete: the longest run of
     first seeds complete for every method but the CONTROLS, and the CONTROLS complete for those
     seeds; with what that leaves out, in words."""
+
     def complete(spec: RunSpec) -> bool:
         return (spec.folder(root) / "summary.json").is_file()
 
     def seeds_done(methods: Sequence[str]) -> int:
         count = 0
         for seed in settings.seeds:
-            if not all(complete(RunSpec(lv, m, seed)) for lv, ms in settings.levels.items()
-                       for m in ms if m in methods):
+            if not all(
+                complete(RunSpec(lv, m, seed))
+                for lv, ms in settings.levels.items()
+                for m in ms
+                if m in methods
+            ):
                 break
             count += 1
         return count
@@ -702,11 +388,12 @@ def complete_part(settings: BenchSettings, root: Path) -> tuple[BenchSettings, l
     part = dataclasses.replace(settings, seeds=seeds)
     left_out = []
     if len(seeds) < len(settings.seeds):
-        left_out.append(f"seeds {list(settings.seeds[len(seeds):])}")
+        left_out.append(f"seeds {list(settings.seeds[len(seeds) :])}")
     for control in CONTROLS:
         if seeds and seeds_done([control]) < len(seeds):
-            part = select(part, None, [m for ms in part.levels.values() for m in ms
-                                       if m != control])
+            part = select(
+                part, None, [m for ms in part.levels.values() for m in ms if m != control]
+            )
             left_out.append(f"the {METHODS[control].label} control")
     return part, left_out
 
@@ -720,35 +407,39 @@ def report_so_far(settings: BenchSettings, root: Path, preset: str) -> int:
     summaries = [run_one(spec, part, root) for spec in run_specs(part)]
     status = ""
     if left_out:
-        status = (f"Partial results: the runs complete so far (seeds {list(part.seeds)}); not "
-                  f"yet run: {', '.join(left_out)}. The same bench command continues the "
-                  "runs; a complete run rewrites this file.")
+        status = (
+            f"Partial results: the runs complete so far (seeds {list(part.seeds)}); not "
+            f"yet run: {', '.join(left_out)}. The same bench command continues the "
+            "runs; a complete run rewrites this file."
+        )
     path = root / "invocations.json"
     invocations = json.loads(path.read_text()) if path.is_file() else []
     folders = [root] + ([RESULTS_DIR] if preset in COMMITTED else [])
     name = COMMITTED.get(preset, "learning")
     from learning_report import write_results
 
-    print(write_results(part, summaries, folders, invocations=invocations, name=name,
-                        status=status))
+    print(
+        write_results(part, summaries, folders, invocations=invocations, name=name, status=status)
+    )
     print("written: " + ", ".join(str(f / f"{name}.md") for f in folders))
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The bench's command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
     parser.add_argument("--quick", action="store_true", help="the quick preset (--preset quick)")
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1)")
     parser.add_argument(
         "--levels",
-        type=_names,
+        type=names,
         default=None,
         help="comma-separated levels of the preset to run (default: all)",
     )
     parser.add_argument(
         "--methods",
-        type=_names,
+        type=names,
         default=None,
         help=f"comma-separated methods to run (default: all): {', '.join(METHODS)}",
     )
@@ -757,7 +448,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="change one setting of the preset (repeatable), e.g. --set lr=3e-4 --set steps=150",
+        help="change one setting of the preset (repeatable), e.g. --set lr=3e-4 --set "
+        "'steps={mid: 150}'",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
@@ -773,6 +465,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="train nothing: write the results of the runs complete so far (the first seeds "
         "complete for every method), saying so in their header",
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.threads < 1:
         parser.error("--jobs and --threads must be >= 1")
@@ -784,12 +481,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = select(with_settings(settings, args.set), args.levels, args.methods)
     except ValueError as err:
         parser.error(str(err))
-    root = args.output or REPO / "runs" / (
-        "learning" if preset == "full" else f"learning-{preset}"
-    )
+    root = args.output or REPO / "runs" / ("learning" if preset == "full" else f"learning-{preset}")
     check_output(settings, root)
     if args.report_only:
         return report_so_far(settings, root, preset)
+    return _train_and_report(settings, root, preset, args)
+
+
+def _train_and_report(settings: BenchSettings, root: Path, preset: str,
+                      args: argparse.Namespace) -> int:
+    """Make the runs not complete yet (resumable), record the invocation, write the results."""
     load_before = load_average()
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     started = time.perf_counter()
@@ -801,26 +502,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     before = complete_runs(settings, root)
 
     def record(note: str | None = None) -> list[dict[str, Any]]:
-        return record_invocation(root, {
-            "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
-            "started": started_at,
-            "wall_seconds": time.perf_counter() - started,
-            "runs_made": complete_runs(settings, root) - before,
-            "load_before": load_before,
-            "load_after": load_average(),
-            **({"note": note} if note else {}),
-        })
+        return record_invocation(
+            root,
+            {
+                "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+                "started": started_at,
+                "wall_seconds": time.perf_counter() - started,
+                "runs_made": complete_runs(settings, root) - before,
+                "load_before": load_before,
+                "load_after": load_average(),
+                **({"note": note} if note else {}),
+            },
+        )
 
     try:
         summaries = run_bench(settings, root, args.jobs, args.threads)
     except (_Terminated, KeyboardInterrupt):
         record("stopped before the end")
-        raise SystemExit("stopped; the runs in progress checkpointed after their step; the same "
-                         "command resumes the bench") from None
+        raise SystemExit(
+            "stopped; the runs in progress checkpointed after their step; the same "
+            "command resumes the bench"
+        ) from None
     invocations = record()
     # Only a complete, unchanged run of the full or plateau preset replaces committed results.
-    complete = preset in COMMITTED and not args.set and all(
-        option is None for option in (args.levels, args.methods, args.seeds)
+    complete = (
+        preset in COMMITTED
+        and not args.set
+        and all(option is None for option in (args.levels, args.methods, args.seeds))
     )
     folders = [root] + ([RESULTS_DIR] if complete else [])
     name = COMMITTED.get(preset, "learning")

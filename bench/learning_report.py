@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from learning import (
+from learning_plan import (
     AMIR_METHODS,
     BASE,
     CONFIG,

@@ -235,23 +235,24 @@ def test_the_complete_part_of_a_stopped_bench(tmp_path: Path) -> None:
     # --report-only reports the first seeds complete for every method; a control not run for
     # them is left out, and both are named.
     import learning
+    import learning_plan
 
-    settings = learning.BenchSettings(
-        **{**learning.PRESETS["smoke"].to_dict(),
+    settings = learning_plan.BenchSettings(
+        **{**learning_plan.PRESETS["smoke"].to_dict(),
            "levels": {"easy": ("grpo", "lens", "grpo_m2")}, "seeds": (0, 1, 2)}
     )
     done = [("grpo", 0), ("lens", 0), ("grpo", 1), ("lens", 1), ("grpo", 2), ("grpo_m2", 0)]
     for method, seed in done:
-        folder = learning.RunSpec("easy", method, seed).folder(tmp_path)
+        folder = learning_plan.RunSpec("easy", method, seed).folder(tmp_path)
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text("{}")
 
     part, left_out = learning.complete_part(settings, tmp_path)
     assert part.seeds == (0, 1)
     assert part.levels == {"easy": ("grpo", "lens")}
-    assert left_out == ["seeds [2]", f"the {learning.METHODS['grpo_m2'].label} control"]
+    assert left_out == ["seeds [2]", f"the {learning_plan.METHODS['grpo_m2'].label} control"]
 
-    (learning.RunSpec("easy", "grpo_m2", 1).folder(tmp_path)).mkdir(parents=True)
-    (learning.RunSpec("easy", "grpo_m2", 1).folder(tmp_path) / "summary.json").write_text("{}")
+    (learning_plan.RunSpec("easy", "grpo_m2", 1).folder(tmp_path)).mkdir(parents=True)
+    (learning_plan.RunSpec("easy", "grpo_m2", 1).folder(tmp_path) / "summary.json").write_text("{}")
     part, left_out = learning.complete_part(settings, tmp_path)
     assert part.levels == {"easy": ("grpo", "lens", "grpo_m2")} and left_out == ["seeds [2]"]

@@ -125,3 +125,40 @@ def test_nothing_imports_cli_and_algorithms_import_only_themselves() -> None:
     for module in (m for m in graph if m.startswith("groupwise.algorithms")):
         outside = {d for d in graph[module] if not d.startswith("groupwise.algorithms")}
         assert not outside, f"{module} imports {sorted(outside)}"
+
+
+BENCH = PACKAGE.parents[1] / "bench"
+
+
+def bench_graph(root: Path = BENCH) -> dict[str, set[str]]:
+    """bench module -> the bench modules it imports (they import each other by bare name, with
+    bench/ on sys.path), imports inside functions included."""
+    modules = {path.stem for path in root.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        names = _imported_names(path, path.stem)
+        graph[path.stem] = {n.split(".")[0] for n in names} & modules - {path.stem}
+    return graph
+
+
+def test_bench_has_no_import_cycles_and_its_plans_are_leaves() -> None:
+    graph = bench_graph()
+    loops = cycles(graph)
+    assert not loops, "bench modules that import each other: " + "; ".join(
+        " <-> ".join(c) for c in loops)
+    assert graph["learning_plan"] == set() and graph["learning_stats"] == set()
+    assert "learning" not in graph["learning_report"]
+
+
+def test_no_function_of_the_engines_is_longer_than_50_lines() -> None:
+    # the training step and the TRL adapter are read top to bottom: small functions
+    long = []
+    for folder in ("train", "integrations"):
+        for path in sorted((PACKAGE / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > 50:
+                        long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} "
+                                    f"({lines} lines)")
+    assert not long, "functions over 50 lines: " + "; ".join(long)

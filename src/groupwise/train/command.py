@@ -18,8 +18,9 @@ import shlex
 import signal
 import sys
 
+from groupwise.config import ConfigError, documented_yaml
 from groupwise.errors import NonFiniteError, RewardError
-from groupwise.train.config import Config, ConfigError, documented_yaml, load_config
+from groupwise.train.config import Config, load_config
 from groupwise.train.run_folder import RunFolder, RunFolderError
 
 DEBUG_ENV = "GROUPWISE_DEBUG"

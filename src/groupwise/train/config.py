@@ -1,36 +1,31 @@
-"""Training configuration: YAML -> typed dataclasses, `a.b=value` overrides, strict validation.
+"""Training configuration: the sections of `groupwise train`'s config and their checks.
 
 Every option is declared here with its default and where it comes from (paper, official code,
-or ours; see REFERENCE.md). Unknown keys and bad values are errors that name the valid choices.
+or ours; see REFERENCE.md); the algorithm options every engine shares come from
+groupwise.algorithms.AlgorithmOptions. Reading YAML, overrides and type checks are
+groupwise.config; the range and cross-field checks are `Config.validate`. Unknown keys and bad
+values are errors that name the valid choices.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib
-import inspect
-import itertools
 import math
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
 import yaml
 
 from groupwise.algorithms import get_advantage_estimator, unreachable_margin
 from groupwise.algorithms.options import AlgorithmOptions
+from groupwise.config import ConfigError, apply_override, build, read_yaml
 from groupwise.data import TEMPLATES, MixPart, benchmark_options, benchmark_splits
 from groupwise.rewards import checking_mode, component_names, correct_value, get_component
 
 DEFAULT_BENCHMARK = "gsm8k"
-
-
-class ConfigError(ValueError):
-    """A configuration file or override that cannot be used; the message names the key."""
 
 
 @dataclass
@@ -252,49 +247,9 @@ class Config:
         express, before any model or data is loaded; errors name the key and the valid range
         or choices. Imports reward.plugins first: they may register the reward components and
         benchmarks the config names."""
-        for key, value in _numbers(self):
-            if not math.isfinite(value):
-                raise ConfigError(f"{key} must be a finite number, got {value}")
-        positive = {
-            "rollout.group_size": self.rollout.group_size,
-            "rollout.questions_per_step": self.rollout.questions_per_step,
-            "rollout.max_new_tokens": self.rollout.max_new_tokens,
-            "rollout.batch_size": self.rollout.batch_size,
-            "train.max_steps": self.train.max_steps,
-            "train.micro_batch_size": self.train.micro_batch_size,
-            "train.save_every": self.train.save_every,
-            "algorithm.num_iterations": self.algorithm.num_iterations,
-            "algorithm.minibatches": self.algorithm.minibatches,
-            "reward.workers": self.reward.workers,
-            "model.lora_r": self.model.lora_r,
-        }
-        for key, value in positive.items():
-            if value < 1:
-                raise ConfigError(f"{key} must be >= 1, got {value}")
-        if self.rollout.group_size < 2:
-            raise ConfigError("rollout.group_size must be >= 2: a group of one has no baseline")
-        if self.rollout.questions_per_step % self.algorithm.minibatches:
-            raise ConfigError(
-                f"rollout.questions_per_step={self.rollout.questions_per_step} must be a multiple "
-                f"of algorithm.minibatches={self.algorithm.minibatches}: each mini-batch holds "
-                "whole questions"
-            )
+        _check_counts(self)
         _check_ranges(self)
-        if self.rollout.dtype != "auto" and not self.rollout.inference_copy:
-            raise ConfigError(
-                f"rollout.dtype={self.rollout.dtype} sets the dtype of the inference copy; "
-                "it needs rollout.inference_copy=true (or rollout.dtype=auto)"
-            )
-        needs_reference = self.algorithm.kl_coef > 0 or (
-            self.algorithm.amir and not self.algorithm.ref_free
-        )
-        if needs_reference and not self.model.lora:
-            raise ConfigError(
-                "a reference policy (algorithm.kl_coef > 0 or algorithm.ref_free=false) needs "
-                "model.lora=true: the reference is the same model with the adapter disabled"
-            )
-        if not self.train.output_dir.strip():
-            raise ConfigError("train.output_dir is empty: name the run folder")
+        _check_combinations(self)
         _check_device(self.model.device)
         if self.model.lora:
             _check_target_modules(self.model.lora_target_modules)
@@ -307,6 +262,57 @@ class Config:
         _check_rewards(self)
         _check_data(self.data)
         return self
+
+
+def _check_counts(c: Config) -> None:
+    """Finite numbers, counts >= 1, groups of two or more, whole questions per mini-batch."""
+    for key, value in _numbers(c):
+        if not math.isfinite(value):
+            raise ConfigError(f"{key} must be a finite number, got {value}")
+    positive = {
+        "rollout.group_size": c.rollout.group_size,
+        "rollout.questions_per_step": c.rollout.questions_per_step,
+        "rollout.max_new_tokens": c.rollout.max_new_tokens,
+        "rollout.batch_size": c.rollout.batch_size,
+        "train.max_steps": c.train.max_steps,
+        "train.micro_batch_size": c.train.micro_batch_size,
+        "train.save_every": c.train.save_every,
+        "algorithm.num_iterations": c.algorithm.num_iterations,
+        "algorithm.minibatches": c.algorithm.minibatches,
+        "reward.workers": c.reward.workers,
+        "model.lora_r": c.model.lora_r,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}")
+    if c.rollout.group_size < 2:
+        raise ConfigError("rollout.group_size must be >= 2: a group of one has no baseline")
+    if c.rollout.questions_per_step % c.algorithm.minibatches:
+        raise ConfigError(
+            f"rollout.questions_per_step={c.rollout.questions_per_step} must be a multiple "
+            f"of algorithm.minibatches={c.algorithm.minibatches}: each mini-batch holds "
+            "whole questions"
+        )
+
+
+def _check_combinations(c: Config) -> None:
+    """Options that only work together: the inference copy's dtype, a reference policy with
+    LoRA, a named run folder."""
+    if c.rollout.dtype != "auto" and not c.rollout.inference_copy:
+        raise ConfigError(
+            f"rollout.dtype={c.rollout.dtype} sets the dtype of the inference copy; "
+            "it needs rollout.inference_copy=true (or rollout.dtype=auto)"
+        )
+    needs_reference = c.algorithm.kl_coef > 0 or (
+        c.algorithm.amir and not c.algorithm.ref_free
+    )
+    if needs_reference and not c.model.lora:
+        raise ConfigError(
+            "a reference policy (algorithm.kl_coef > 0 or algorithm.ref_free=false) needs "
+            "model.lora=true: the reference is the same model with the adapter disabled"
+        )
+    if not c.train.output_dir.strip():
+        raise ConfigError("train.output_dir is empty: name the run folder")
 
 
 def _numbers(config: Config) -> list[tuple[str, float]]:
@@ -505,158 +511,22 @@ def _check_benchmark(name: str, split: str | None, options: Any, prefix: str) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading: dict -> dataclasses with type checks
-
-
-def _type_name(tp: Any) -> str:
-    if get_origin(tp) is Literal:
-        return " | ".join(repr(a) for a in get_args(tp))
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Checks (and gently converts: int -> float) `value` against type `tp`."""
-    origin = get_origin(tp)
-    if tp is Any:
-        return value
-    if origin is Literal:
-        choices = get_args(tp)
-        if value not in choices:
-            valid = ", ".join(str(c) for c in choices)
-            raise ConfigError(f"{key}: invalid value {value!r}; valid choices: {valid}")
-        return value
-    if origin in (Union, types.UnionType):
-        members = get_args(tp)
-        if value is None and type(None) in members:
-            return None
-        errors = []
-        for member in members:
-            if member is type(None):
-                continue
-            try:
-                return _coerce(value, member, key)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} fits none of {tp}")
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        (item_tp,) = get_args(tp)
-        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        key_tp, value_tp = get_args(tp)
-        return {
-            _coerce(k, key_tp, f"{key}.{k}"): _coerce(v, value_tp, f"{key}.{k}")
-            for k, v in value.items()
-        }
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):
-            # YAML 1.1 reads 1e-6 (no dot) as a string; people write learning rates that way.
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return value
-    raise ConfigError(f"{key}: unsupported option type {_type_name(tp)}")
-
-
-def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
-    if not isinstance(data, dict):
-        where = prefix.rstrip(".") or "config"
-        raise ConfigError(f"{where}: expected a mapping of options, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        full = f"{prefix}{key}"
-        if key not in names:
-            raise ConfigError(f"unknown key '{full}'; valid keys here: {', '.join(names)}")
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            # An empty section (`train:`) is None; any other non-mapping (`train: 0`) an error.
-            kwargs[key] = _build(tp, {} if value is None else value, f"{full}.")
-        else:
-            kwargs[key] = _coerce(value, tp, full)
-    return cls(**kwargs)
+# Loading and saving (the typed-config machinery is groupwise.config)
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Builds and validates a Config from a nested mapping (as read from YAML)."""
-    return _build(Config, {} if data is None else data, "").validate()
+    return build(Config, data).validate()
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def apply_override(data: dict[str, Any], override: str) -> None:
-    """Applies one `a.b=value` override in place; value is parsed as YAML (1e-6, true, [1, 2])."""
-    if "=" not in override:
-        raise ConfigError(f"override {override!r} must look like key.sub=value")
-    dotted, raw = override.split("=", 1)
-    parts = dotted.strip().split(".")
-    if any(not p for p in parts):
-        raise ConfigError(f"override {override!r}: empty key component")
-    node = data
-    for part in parts[:-1]:
-        if node.get(part) is None:  # absent, or an empty section (`train:` in the YAML)
-            node[part] = {}
-        node = node[part]
-        if not isinstance(node, dict):
-            raise ConfigError(f"override {override!r}: '{part}' is not a section (it is {node!r})")
-    try:
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
-        reason = " ".join(str(err).split())  # YAML errors span lines; ours are one line
-        raise ConfigError(f"override {override!r}: cannot parse value: {reason}") from None
-
-
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Reads a YAML preset (or the defaults when path is None) and applies overrides.
-
-    Errors name the file and the offending key.
-    """
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        raw = path.read_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            line = raw[: err.start].count(b"\n") + 1
-            raise ConfigError(
-                f"{path} line {line}: not UTF-8 (byte 0x{raw[err.start]:02x}); save the file "
-                "as UTF-8"
-            ) from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            reason = " ".join(str(err).split())  # YAML errors span lines; ours are one line
-            raise ConfigError(f"{path}: not valid YAML: {reason}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(
-                f"{path}: expected a mapping of sections (model:, data:, rollout:, ...), "
-                f"got a {type(loaded).__name__}: {loaded!r}"
-            )
-        data = loaded or {}
+    """Reads a YAML preset (or the defaults when path is None), applies `a.b=value` overrides
+    and validates. Errors name the file and the offending key."""
+    data = read_yaml(path, "sections (model:, data:, rollout:, ...)") if path is not None else {}
     for override in overrides:
         apply_override(data, override)
     try:
@@ -668,64 +538,3 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
 
 def save_config(config: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """{field: its documentation} of one of the config dataclasses above: the field's metadata
-    "doc" (fields declared with groupwise.algorithms.options.option), else the docstring under
-    its declaration in the class or a base class."""
-    docs = {}
-    for base in reversed(cls.__mro__[:-1]):
-        if dataclasses.is_dataclass(base):
-            docs.update(_declaration_docs(base))
-    for spec in dataclasses.fields(cls):
-        if spec.metadata.get("doc"):
-            valid = spec.metadata.get("valid")
-            docs[spec.name] = spec.metadata["doc"] + (f" Valid: {valid}." if valid else "")
-    return docs
-
-
-def _declaration_docs(cls: type) -> dict[str, str]:
-    """{field: the docstring under its declaration} in the class body of `cls`."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body
-    docs = {}
-    for node, after in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
-
-
-def documented_yaml(config: Config) -> str:
-    """The config as YAML, every option preceded by its documentation as a comment (what
-    `groupwise train --print-config` prints; loadable again as a config file)."""
-    lines = []
-    for section in dataclasses.fields(config):
-        lines.append(f"{section.name}:")
-        part = getattr(config, section.name)
-        docs = field_docs(type(part))
-        for option in dataclasses.fields(part):
-            for line in _wrap(docs.get(option.name, ""), 94):
-                lines.append(f"  # {line}")
-            value = yaml.safe_dump(
-                {option.name: getattr(part, option.name)}, default_flow_style=True, width=1000
-            ).strip()
-            lines.append(f"  {value[1:-1] if value.startswith('{') else value}")
-    return "\n".join(lines) + "\n"
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    words, lines, line = text.split(), [], ""
-    for word in words:
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return [*lines, line] if line else lines
