@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
@@ -288,3 +290,33 @@ def test_a_non_utf8_config_names_the_file_and_line(tmp_path: Path) -> None:
     latin1.write_bytes(text.encode("latin-1"))
     with pytest.raises(ConfigError, match=r"latin1.yaml line 4: not UTF-8 \(byte 0xe9\)"):
         load_config(latin1)
+
+
+@dataclasses.dataclass
+class _Inner:
+    k: tuple[int, ...] = (1,)
+
+
+@dataclasses.dataclass
+class _Outer:
+    mode: typing.Literal["a", "b"] = "a"
+    rate: float = 1.0
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+    names: dict[str, float] | None = None
+
+
+def test_typed_config_coerces_every_annotated_type() -> None:
+    from groupwise.config import build
+
+    built = build(_Outer, {"mode": "b", "rate": "1e-6", "inner": {"k": [2, 3]},
+                           "names": {"x": 1}})
+    assert built == _Outer("b", 1e-6, _Inner((2, 3)), {"x": 1.0})
+    assert build(_Outer, {"inner": None}).inner == _Inner()  # an empty section: its defaults
+    for data, message in [
+        ({"mode": "c"}, "mode: invalid value 'c'; valid choices: a, b"),
+        ({"inner": {"k": [1, "x"]}}, r"inner.k\[1\]: expected an integer, got 'x'"),
+        ({"names": [1]}, "names: expected a mapping, got \\[1\\]"),
+        ({"nope": 1}, "unknown key 'nope'; valid keys here: mode, rate, inner, names"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            build(_Outer, data)
