@@ -189,9 +189,10 @@ class EvalConfig:
                      "stops at EOS tokens only)"),
             "tokenizer": (lambda v: (isinstance(v, str) and bool(v)) if needs_tokenizer
                           else v is None or (openai and isinstance(v, str) and bool(v)),
-                          "the served model's tokenizer (alias, folder or hub id) when the "
-                          "completions endpoint gets a chat prompt, which is rendered here; "
-                          "given with the openai engine only"),
+                          f"given with --api completions and the chat prompt {self.prompt!r}: "
+                          "the served model's tokenizer (alias, folder or hub id) renders it "
+                          "here (or use --api chat)" if needs_tokenizer
+                          else "given with the openai engine only"),
             "base_url": (lambda v: isinstance(v, str) and bool(v) if openai else v is None,
                          "the server's API root with the openai engine, absent otherwise"),
         }

@@ -138,7 +138,8 @@ def _vllm(config: EvalConfig, options: EngineOptions) -> tuple[Sampler, PromptFn
 
 def _openai(config: EvalConfig, options: EngineOptions) -> tuple[Sampler, PromptFn]:
     from groupwise.data.prompts import build_messages, render_prompt
-    from groupwise.rollout import OpenAIEngine
+    from groupwise.rollout import OpenAIEngine, ServerError
+    from groupwise.rollout.openai_engine import ModelNotServed
 
     assert config.base_url is not None and config.api is not None
     engine = OpenAIEngine(
@@ -151,7 +152,12 @@ def _openai(config: EvalConfig, options: EngineOptions) -> tuple[Sampler, Prompt
         timeout=options.timeout,
     )
     tokenizer = load_tokenizer(config.tokenizer, config.seed) if config.tokenizer else None
-    engine.check()
+    try:
+        engine.check()
+    except ModelNotServed as err:
+        raise ModelNotServed(f"--model: {err} (the served model's name)") from None
+    except ServerError as err:
+        raise ServerError(f"--base-url: {err}", status=err.status) from None
     if config.api == "chat":
         return engine, lambda problem: build_messages(problem, config.prompt)
     return engine, lambda problem: render_prompt(problem, config.prompt, tokenizer)

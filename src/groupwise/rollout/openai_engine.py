@@ -42,7 +42,14 @@ from typing import Any, TypeVar
 
 from groupwise.rollout.types import Completions, Prompt, SamplingParams
 
-__all__ = ["APIS", "OpenAIEngine", "ServerError", "ServerFeatures", "check_base_url"]
+__all__ = [
+    "APIS",
+    "ModelNotServed",
+    "OpenAIEngine",
+    "ServerError",
+    "ServerFeatures",
+    "check_base_url",
+]
 
 APIS = ("chat", "completions")
 MAX_RETRY_WAIT = 60.0  # seconds: the longest backoff or Retry-After honoured
@@ -66,6 +73,10 @@ class ServerError(RuntimeError):
     ) -> None:
         super().__init__(message)
         self.retryable, self.retry_after, self.status = retryable, retry_after, status
+
+
+class ModelNotServed(ServerError):
+    """The server answers, but does not serve the model asked for."""
 
 
 @dataclass(frozen=True)
@@ -337,9 +348,8 @@ class OpenAIEngine:
             raise ServerError(f"GET {self.base_url}/models: malformed answer ({err})") from None
         else:
             if self.model not in names:
-                raise ServerError(
-                    f"{self.base_url} serves {', '.join(map(repr, names))}, "
-                    f"not {self.model!r} (--model is the served name)"
+                raise ModelNotServed(
+                    f"{self.base_url} serves {', '.join(map(repr, names))}, not {self.model!r}"
                 )
         probe: Prompt = (
             [{"role": "user", "content": "Say hi."}] if self.api == "chat" else "Say hi."

@@ -1,0 +1,170 @@
+"""A small OpenAI-compatible server for tests (stdlib http.server in a thread), with faults on
+demand: answers that depend only on each request's seed, as vLLM's do, so that any run against
+it can be compared with any other sample for sample.
+
+Sampling (/v1/completions, /v1/chat/completions): choice j of a request seeded s is drawn from
+random.Random(s + j) (vLLM seeds sample j of an n-choice request so): a boxed digit, a number
+of tokens, and that many log-probs; finish_reason "length" when the tokens reach max_tokens.
+`n_per_request=False` answers one choice whatever n asks; `logprobs=False` never returns
+log-probs. Scoring (`echo` with token ids as the prompt): token i of id t gets the log-prob
+-(t % 7 + 1) / 10, the first None; `echo=False` ignores echo (samples instead).
+
+Faults: `fault(request_number, path) -> str | None` is asked before each sampling or scoring
+request (numbered from 1): "500", "429" (Retry-After: 0), "hang" (no answer for `hang_seconds`),
+"drop" (close the connection without an answer) or "die" (drop, and stop the server: later
+connections are refused); None answers.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "fake-model"
+
+
+def choice_for(seed: int, max_tokens: int) -> tuple[str, list[float], bool]:
+    """The completion text, its tokens' log-probs, and whether it was cut at max_tokens, of a
+    choice seeded `seed`."""
+    rng = random.Random(seed)
+    digit = rng.randint(0, 9)
+    tokens = min(max_tokens, rng.randint(3, 9))
+    return (
+        f"The answer is \\boxed{{{digit}}}.",
+        [-rng.random() for _ in range(tokens)],
+        (tokens == max_tokens),
+    )
+
+
+def echo_logprob(token_id: int) -> float:
+    return -(token_id % 7 + 1) / 10
+
+
+class FakeOpenAIServer:
+    """The server (module docstring) on 127.0.0.1, on a free port; `url` is its API root.
+    `requests` records (path, body) of every POST."""
+
+    def __init__(
+        self,
+        *,
+        n_per_request: bool = True,
+        logprobs: bool = True,
+        echo: bool = True,
+        fault: Callable[[int, str], str | None] | None = None,
+        hang_seconds: float = 30.0,
+    ) -> None:
+        self.n_per_request, self.logprobs, self.echo = n_per_request, logprobs, echo
+        self.fault, self.hang_seconds = fault, hang_seconds
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (later connections are refused)."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("echo") and self.echo:
+            ids = body["prompt"]
+            return {
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "",
+                        "finish_reason": "length",
+                        "logprobs": {
+                            "tokens": [f"<{t}>" for t in ids],
+                            "token_logprobs": [None, *(echo_logprob(t) for t in ids[1:])],
+                        },
+                    }
+                ]
+            }
+        n = body.get("n", 1) if self.n_per_request else 1
+        choices, used = [], 0
+        for j in range(n):
+            text, logps, cut = choice_for(body.get("seed", 0) + j, body["max_tokens"])
+            used += len(logps)
+            choice: dict[str, Any] = {"index": j, "finish_reason": "length" if cut else "stop"}
+            # completions ask with an integer (0 counts), chat with true
+            wants = (
+                self.logprobs
+                and body.get("logprobs") is not None
+                and (body["logprobs"] is not False)
+            )
+            if path.endswith("/chat/completions"):
+                choice["message"] = {"role": "assistant", "content": text}
+                choice["logprobs"] = (
+                    {"content": [{"token": "t", "logprob": v} for v in logps]} if wants else None
+                )
+            else:
+                choice["text"] = text
+                choice["logprobs"] = (
+                    {"tokens": ["t"] * len(logps), "token_logprobs": logps} if wants else None
+                )
+            choices.append(choice)
+        return {"choices": choices, "usage": {"completion_tokens": used}}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._json(200, {"object": "list", "data": [{"id": MODEL}]})
+                else:
+                    self._json(404, {"detail": "Not Found"})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                    self._json(404, {"detail": "Not Found"})
+                    return
+                with server._lock:
+                    server.requests.append((self.path, body))
+                    number = len(server.requests)
+                fault = server.fault(number, self.path) if server.fault else None
+                if fault == "500":
+                    self._json(500, {"error": {"message": "simulated failure"}})
+                elif fault == "429":
+                    self._json(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"})
+                elif fault == "hang":
+                    time.sleep(server.hang_seconds)
+                elif fault in ("drop", "die"):
+                    self.close_connection = True
+                    if fault == "die":
+                        threading.Thread(target=server.stop, daemon=True).start()
+                elif body.get("model") != MODEL:
+                    self._json(404, {"error": {"message": f"no model {body.get('model')}"}})
+                else:
+                    self._json(200, server._answer(self.path, body))
+
+        return Handler
