@@ -7,7 +7,8 @@ random.Random(s + j) (vLLM seeds sample j of an n-choice request so): a boxed di
 of tokens, and that many log-probs; finish_reason "length" when the tokens reach max_tokens.
 `n_per_request=False` answers one choice whatever n asks; `logprobs=False` never returns
 log-probs. Scoring (`echo` with token ids as the prompt): token i of id t gets the log-prob
--(t % 7 + 1) / 10, the first None; `echo=False` ignores echo (samples instead).
+-(t % 7 + 1) / 10, the first None, and the token string `decode(t)` (default "<t>");
+`echo=False` ignores echo (samples instead).
 
 Faults: `fault(request_number, path) -> str | None` is asked before each sampling or scoring
 request (numbered from 1): "500", "429" (Retry-After: 0), "hang" (no answer for `hang_seconds`),
@@ -55,10 +56,12 @@ class FakeOpenAIServer:
         n_per_request: bool = True,
         logprobs: bool = True,
         echo: bool = True,
+        decode: Callable[[int], str] = "<{}>".format,
         fault: Callable[[int, str], str | None] | None = None,
         hang_seconds: float = 30.0,
     ) -> None:
         self.n_per_request, self.logprobs, self.echo = n_per_request, logprobs, echo
+        self.decode = decode
         self.fault, self.hang_seconds = fault, hang_seconds
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
@@ -89,7 +92,7 @@ class FakeOpenAIServer:
                         "text": "",
                         "finish_reason": "length",
                         "logprobs": {
-                            "tokens": [f"<{t}>" for t in ids],
+                            "tokens": [self.decode(t) for t in ids],
                             "token_logprobs": [None, *(echo_logprob(t) for t in ids[1:])],
                         },
                     }

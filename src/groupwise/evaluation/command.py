@@ -12,11 +12,10 @@ command resumes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from groupwise.evaluation.config import (
     APIS,
@@ -192,23 +191,10 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         raise FlagError(FLAGS[err.name], err.reason) from None
 
 
-def _vllm_args(pairs: list[str] | None) -> dict[str, Any]:
-    """--vllm-arg KEY=VALUE pairs as keyword arguments, VALUE read as JSON where it parses."""
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise FlagError("--vllm-arg", f"expected KEY=VALUE, got {pair!r}")
-        try:
-            out[key.strip()] = json.loads(value)
-        except ValueError:
-            out[key.strip()] = value
-    return out
-
-
 def check_run_flags(args: argparse.Namespace, config: EvalConfig) -> EngineOptions:
     """Check the flags that are not settings of the evaluation: how its engine runs."""
     from groupwise.models import resolve_device
+    from groupwise.rollout.vllm_engine import parse_engine_args
 
     for flag, value, low in (("--logp-batch-size", args.logp_batch_size, 1),
                              ("--workers", args.workers, 1),
@@ -230,10 +216,14 @@ def check_run_flags(args: argparse.Namespace, config: EvalConfig) -> EngineOptio
         device = resolve_device(args.device) if config.engine == "transformers" else "cpu"
     except ValueError as err:
         raise FlagError("--device", str(err)) from None
+    try:
+        vllm_args = parse_engine_args(args.vllm_arg or [])
+    except ValueError as err:
+        raise FlagError("--vllm-arg", str(err)) from None
     return EngineOptions(device=device, logp_batch_size=args.logp_batch_size or 8,
                          api_key=os.environ.get(args.api_key_env) or None,
                          concurrency=args.concurrency, retries=args.retries,
-                         timeout=args.request_timeout, vllm_args=_vllm_args(args.vllm_arg),
+                         timeout=args.request_timeout, vllm_args=vllm_args,
                          progress=not args.quiet)
 
 

@@ -29,7 +29,13 @@ from typing import Any
 
 from groupwise.rollout.types import Completions, Prompt, SamplingParams
 
-__all__ = ["VLLM_INSTALL_HINT", "VLLMEngine", "import_vllm", "vllm_model_source"]
+__all__ = [
+    "VLLM_INSTALL_HINT",
+    "VLLMEngine",
+    "import_vllm",
+    "parse_engine_args",
+    "vllm_model_source",
+]
 
 VLLM_INSTALL_HINT = (
     "the vllm engine needs vLLM, which is not installed here: pip install vllm (GPUs), or "
@@ -62,6 +68,22 @@ def vllm_model_source(name: str, seed: int = 0) -> str:
         model, tokenizer = load_model(name, dtype="auto", seed=seed)
         save_merged(model, tokenizer, target, overwrite=True)
     return str(target)
+
+
+def parse_engine_args(pairs: Sequence[str]) -> dict[str, Any]:
+    """KEY=VALUE strings (the --vllm-arg flags) as vllm.LLM keyword arguments, VALUE read as
+    JSON where it parses (8, 0.9, true, {"a": 1}), else kept as a string. ValueError naming
+    a malformed pair."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ValueError(f"expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
 
 
 def _lora_rank(adapter: str) -> int:
