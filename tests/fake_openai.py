@@ -14,6 +14,9 @@ Faults: `fault(request_number, path) -> str | None` is asked before each samplin
 request (numbered from 1): "500", "429" (Retry-After: 0), "hang" (no answer for `hang_seconds`),
 "drop" (close the connection without an answer) or "die" (drop, and stop the server: later
 connections are refused); None answers.
+
+`FaultyProxy` puts the same faults in front of a real server (tests/test_vllm_server.py): it
+forwards every request to it and answers what it answers, unless a fault says otherwise.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import json
 import random
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,22 +51,17 @@ def echo_logprob(token_id: int) -> float:
     return -(token_id % 7 + 1) / 10
 
 
-class FakeOpenAIServer:
-    """The server (module docstring) on 127.0.0.1, on a free port; `url` is its API root.
-    `requests` records (path, body) of every POST."""
+class FaultyServer:
+    """An HTTP server on 127.0.0.1, on a free port, in a thread; `url` is its API root
+    (".../v1"). `requests` records (path, body) of every POST. Subclasses answer: `models()`
+    for GET /v1/models, `answer(path, body)` for a POST, each as (status, JSON object);
+    `fault` (module docstring) decides before each POST whether to answer at all."""
 
     def __init__(
         self,
-        *,
-        n_per_request: bool = True,
-        logprobs: bool = True,
-        echo: bool = True,
-        decode: Callable[[int], str] = "<{}>".format,
         fault: Callable[[int, str], str | None] | None = None,
         hang_seconds: float = 30.0,
     ) -> None:
-        self.n_per_request, self.logprobs, self.echo = n_per_request, logprobs, echo
-        self.decode = decode
         self.fault, self.hang_seconds = fault, hang_seconds
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
@@ -76,16 +76,92 @@ class FakeOpenAIServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def __enter__(self) -> FakeOpenAIServer:
+    def __enter__(self) -> FaultyServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def models(self) -> tuple[int, Any]:
+        raise NotImplementedError
+
+    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        raise NotImplementedError
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._json(*server.models())
+                else:
+                    self._json(404, {"detail": "Not Found"})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                    self._json(404, {"detail": "Not Found"})
+                    return
+                with server._lock:
+                    server.requests.append((self.path, body))
+                    number = len(server.requests)
+                fault = server.fault(number, self.path) if server.fault else None
+                if fault == "500":
+                    self._json(500, {"error": {"message": "simulated failure"}})
+                elif fault == "429":
+                    self._json(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"})
+                elif fault == "hang":
+                    time.sleep(server.hang_seconds)
+                elif fault in ("drop", "die"):
+                    self.close_connection = True
+                    if fault == "die":
+                        threading.Thread(target=server.stop, daemon=True).start()
+                else:
+                    self._json(*server.answer(self.path, body))
+
+        return Handler
+
+
+class FakeOpenAIServer(FaultyServer):
+    """The fake server (module docstring), serving MODEL."""
+
+    def __init__(
+        self,
+        *,
+        n_per_request: bool = True,
+        logprobs: bool = True,
+        echo: bool = True,
+        decode: Callable[[int], str] = "<{}>".format,
+        fault: Callable[[int, str], str | None] | None = None,
+        hang_seconds: float = 30.0,
+    ) -> None:
+        self.n_per_request, self.logprobs, self.echo = n_per_request, logprobs, echo
+        self.decode = decode
+        super().__init__(fault, hang_seconds)
+
+    def models(self) -> tuple[int, Any]:
+        return 200, {"object": "list", "data": [{"id": MODEL}]}
+
+    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        if body.get("model") != MODEL:
+            return 404, {"error": {"message": f"no model {body.get('model')}"}}
         if body.get("echo") and self.echo:
             ids = body["prompt"]
-            return {
+            return 200, {
                 "choices": [
                     {
                         "index": 0,
@@ -121,53 +197,35 @@ class FakeOpenAIServer:
                     {"tokens": ["t"] * len(logps), "token_logprobs": logps} if wants else None
                 )
             choices.append(choice)
-        return {"choices": choices, "usage": {"completion_tokens": used}}
+        return 200, {"choices": choices, "usage": {"completion_tokens": used}}
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
+class FaultyProxy(FaultyServer):
+    """Forwards every request to the server at `target` (its API root) and answers what it
+    answers, with `fault` in between."""
 
-            def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
+    def __init__(
+        self,
+        target: str,
+        fault: Callable[[int, str], str | None] | None = None,
+        hang_seconds: float = 30.0,
+    ) -> None:
+        self.target = target.rstrip("/")
+        super().__init__(fault, hang_seconds)
 
-            def do_GET(self) -> None:
-                if self.path == "/v1/models":
-                    self._json(200, {"object": "list", "data": [{"id": MODEL}]})
-                else:
-                    self._json(404, {"detail": "Not Found"})
+    def _forward(self, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.target + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=600) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
 
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path not in ("/v1/completions", "/v1/chat/completions"):
-                    self._json(404, {"detail": "Not Found"})
-                    return
-                with server._lock:
-                    server.requests.append((self.path, body))
-                    number = len(server.requests)
-                fault = server.fault(number, self.path) if server.fault else None
-                if fault == "500":
-                    self._json(500, {"error": {"message": "simulated failure"}})
-                elif fault == "429":
-                    self._json(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"})
-                elif fault == "hang":
-                    time.sleep(server.hang_seconds)
-                elif fault in ("drop", "die"):
-                    self.close_connection = True
-                    if fault == "die":
-                        threading.Thread(target=server.stop, daemon=True).start()
-                elif body.get("model") != MODEL:
-                    self._json(404, {"error": {"message": f"no model {body.get('model')}"}})
-                else:
-                    self._json(200, server._answer(self.path, body))
+    def models(self) -> tuple[int, Any]:
+        return self._forward("/models", None)
 
-        return Handler
+    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        return self._forward(path.removeprefix("/v1"), body)

