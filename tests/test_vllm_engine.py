@@ -8,6 +8,9 @@ without it), and the agreement of the three engines.
   log-probs differ by far more; vLLM's prompt log-probs (log-probs of given text) too; and the
   adapter is applied as peft applies it.
 - evaluation: samples, pass@k against samples.jsonl, and a resume that is sample-exact.
+- sampling: the first token of 1000 samples from each of the three engines (transformers, vLLM
+  in process, the vLLM server) follows the exact tempered top-p distribution (chi-square
+  goodness of fit, level 0.001; no token outside the nucleus).
 - agreement: the same model and problems through the transformers engine, vLLM in process and
   a vLLM server (tests/conftest.py: vllm_server_url) give the same pass@1 within sampling
   error: a two-sided paired permutation test (tests/vllm_support.permutation_p_value: within
@@ -22,12 +25,19 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from vllm_support import LOGP_TOLERANCE, MODEL, SERVED, permutation_p_value
+from vllm_support import (
+    LOGP_TOLERANCE,
+    MODEL,
+    SERVED,
+    goodness_of_fit_p_value,
+    permutation_p_value,
+)
 
 from groupwise.data import BenchmarkSpec, Problem, render_prompt
 from groupwise.data.prompts import build_messages
@@ -212,6 +222,47 @@ def test_evaluation_on_vllm_resumes_sample_exactly(base: Any, tmp_path: Path) ->
         )
     assert all(s.mean_logp is not None and s.mean_logp < 0 for s in want)
     assert results["config"]["engine"] == "vllm" and "raw_logprobs" in results["config"]["note"]
+
+
+def test_first_token_follows_the_tempered_nucleus_on_every_engine(
+    base: Any, policy: tuple[Any, Any], vllm_server_url: str
+) -> None:
+    """1000 samples of one token for one prompt at temperature 0.8 and top-p 0.95, drawn by each
+    engine, against the exact distribution: softmax(logits / 0.8) over the smallest set of most
+    probable tokens holding 0.95 of its mass. No sample may fall outside that set, and the
+    chi-square goodness-of-fit test (p-value by simulation) must not reject at level 0.001."""
+    from groupwise.rollout import OpenAIEngine, TransformersGenerator
+
+    model, tokenizer = policy
+    problem = problems(AGREEMENT["benchmark"], 1)[0]
+    prompt = render_prompt(problem, "boxed", tokenizer)
+    sampling = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=1)
+    with torch.no_grad():
+        ids = torch.tensor([tokenizer(prompt, add_special_tokens=False).input_ids])
+        probs = (model(ids).logits[0, -1].float() / 0.8).softmax(-1)
+    ranked, order = probs.sort(descending=True)
+    nucleus = order[(ranked.cumsum(0) - ranked) < 0.95].tolist()
+    exact = {k: float(probs[k]) for k in nucleus}
+    text_of = {tokenizer.decode([k]): k for k in nucleus}
+    assert len(text_of) == len(nucleus) > 5  # each kept token reads differently
+
+    samples = 1000
+    rollouts = TransformersGenerator(model, tokenizer, batch_size=samples).generate(
+        [prompt], samples, sampling, prompt_seeds=[11]
+    )
+    drawn = {
+        "transformers": rollouts.completion_ids[:, 0].tolist(),
+        "vllm": [t[0] for t in base.sample([prompt], samples, sampling, [12]).token_ids],
+    }
+    served = OpenAIEngine(vllm_server_url, SERVED).sample(
+        [build_messages(problem, "boxed")], samples, sampling, [13]
+    )
+    drawn["openai"] = [text_of.get(text, -1) for text in served.texts]
+    p_values = {
+        name: goodness_of_fit_p_value(Counter(tokens), exact) for name, tokens in drawn.items()
+    }
+    print(f"first token: {len(nucleus)} tokens in the nucleus, p-values {p_values}")
+    assert all(p >= 1e-3 for p in p_values.values()), p_values
 
 
 def test_pass_at_1_agrees_across_the_three_engines(

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -129,3 +129,32 @@ def permutation_p_value(
         first = pooled[order[:, : len(x)]].sum(axis=1)
         permuted += 2 * first - pooled.sum()
     return float((1 + np.sum(np.abs(permuted) >= observed - 1e-9)) / (1 + rounds))
+
+
+def goodness_of_fit_p_value(
+    counts: Mapping[int, int], probs: Mapping[int, float], rounds: int = 20_000, seed: int = 0
+) -> float:
+    """p-value of observed counts of outcomes (token ids) under the distribution `probs`:
+    0 when some outcome has probability 0 (is not in `probs`); else a chi-square
+    goodness-of-fit test whose p-value is found by simulation (the statistic of `rounds`
+    multinomial draws of the same size), outcomes expected fewer than 5 times pooled into one
+    cell: (1 + #{simulated >= observed}) / (1 + rounds)."""
+    if any(k not in probs for k, c in counts.items() if c):
+        return 0.0
+    total = sum(counts.values())
+    keys = list(probs)
+    p = np.asarray([probs[k] for k in keys], dtype=float)
+    p /= p.sum()
+    big = total * p >= 5
+    expected = np.append(total * p[big], total * p[~big].sum())
+
+    def statistic(observed: np.ndarray) -> np.ndarray:
+        cells = np.concatenate(
+            [observed[..., big], observed[..., ~big].sum(-1, keepdims=True)], axis=-1
+        )
+        keep = expected > 0
+        return (((cells - expected) ** 2)[..., keep] / expected[keep]).sum(-1)
+
+    observed = statistic(np.asarray([counts.get(k, 0) for k in keys], dtype=float))
+    simulated = statistic(np.random.default_rng(seed).multinomial(total, p, size=rounds))
+    return float((1 + np.sum(simulated >= observed - 1e-9)) / (1 + rounds))
