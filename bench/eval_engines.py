@@ -4,6 +4,11 @@ same problems with the same settings. Run it in the vLLM environment (scripts/se
 
     .venv-vllm/bin/python bench/eval_engines.py                 # 8 MATH-500 problems x 4 x 128
     .venv-vllm/bin/python bench/eval_engines.py --problems 4 --engines transformers,vllm
+    .venv-vllm/bin/python bench/eval_engines.py --threads 1     # on cores shared with others
+
+--threads sets torch's threads in this process: the transformers engine's (vLLM's engine runs
+in its own process with its own threads). On two cores shared with other work, one thread
+decodes several times faster than two (their synchronisation waits for descheduled threads).
 
 Model: SmolLM2-135M-Instruct in float32; problems: the first --problems of MATH-500 with the LENS
 protocol's prompt (boxed), temperature 1.0, top-p 1.0, Math-Verify grading, n = --n samples of
@@ -31,7 +36,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the vLLM server helper
-from common import load_average, markdown_table, write_results
+from common import (
+    add_threads_argument,
+    load_average,
+    markdown_table,
+    parse_with_threads,
+    write_results,
+)
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 MODEL = "smollm2-135m-instruct"
@@ -123,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--engines", default=",".join(ENGINES), help="comma-separated, of " + ", ".join(ENGINES)
     )
-    args = parser.parse_args(argv)
+    add_threads_argument(parser)
+    args = parse_with_threads(parser, argv)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     unknown = [e for e in engines if e not in ENGINES]
     if unknown:
@@ -150,14 +162,16 @@ def main(argv: list[str] | None = None) -> None:
                 ]
             )
             print(markdown_table(HEADERS, rows[-1:]), flush=True)
+    import torch
     import vllm
 
     notes = (
         f"SmolLM2-135M-Instruct (float32), the first {args.problems} MATH-500 problems x "
         f"{args.n} samples, temperature 1.0, top-p 1.0, at most {args.max_new_tokens} new "
         f"tokens, boxed prompt, Math-Verify grading; vllm {vllm.__version__} "
-        "(CPU: eager, chunked prefill off). Engines run one after the other; the load "
-        "average is the machine's before each (shared with other work)."
+        f"(CPU: eager, chunked prefill off); torch threads here {torch.get_num_threads()} "
+        "(the transformers engine). Engines run one after the other; the load average is the "
+        "machine's before each (shared with other work)."
     )
     write_results(
         "eval_engines",

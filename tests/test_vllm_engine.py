@@ -26,6 +26,7 @@ import copy
 import dataclasses
 import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from vllm_support import (
     MODEL,
     SERVED,
     goodness_of_fit_p_value,
+    one_torch_thread,
     permutation_p_value,
 )
 
@@ -61,6 +63,12 @@ AGREEMENT = {
     "temperature": 0.8,
     "top_p": 0.95,
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

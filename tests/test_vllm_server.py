@@ -20,11 +20,12 @@ import csv
 import dataclasses
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fake_openai import FaultyProxy
-from vllm_support import LOGP_TOLERANCE, MODEL, SERVED
+from vllm_support import LOGP_TOLERANCE, MODEL, SERVED, one_torch_thread
 
 from groupwise.cli import main as cli
 from groupwise.metrics import pass_at_k
@@ -69,6 +70,12 @@ def eval_argv(url: str, out: Path, data_dir: Path, *extra: str) -> list[str]:
 
 def without_logp(folder: Path) -> list:
     return [dataclasses.replace(s, mean_logp=None) for s in read_samples(folder / "samples.jsonl")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
