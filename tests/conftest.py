@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.trl)
         elif name.startswith("test_vllm_"):
             item.add_marker(pytest.mark.vllm)
+
+
+@pytest.fixture(scope="session")
+def vllm_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real vLLM OpenAI-compatible server of SmolLM2-135M-Instruct on 127.0.0.1 for the vLLM
+    tests (tests/vllm_support.py): one per session, started on first use, stopped at the end."""
+    from vllm_support import MODEL, vllm_server
+
+    from groupwise.rollout.vllm_engine import vllm_model_source
+
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    with vllm_server(vllm_model_source(MODEL), log) as url:
+        yield url

@@ -243,16 +243,17 @@ def test_perplexity_strata_and_command(tmp_path: Path) -> None:
 
 
 def test_rescore_renders_prompt_and_appends_eos(tiny: tuple) -> None:
-    from groupwise.analysis.perplexity import rescore
+    from groupwise.analysis.rescoring import rescore
     from groupwise.data import Problem
     from groupwise.data.prompts import render_prompt
-    from groupwise.scoring import completion_mean_logp
+    from groupwise.scoring import ModelScorer, completion_mean_logp
 
     model, tokenizer = tiny
     problem = SavedProblem("toy", "p", "What is 2 + 3?", "5")
     finished = Sample("toy", "p", 0, "It is 5.", "5", "correct", 4, False, None, None, "5")
     cut = Sample("toy", "p", 1, "It is", None, "no_answer", 2, True, None, None, "5")
-    got = rescore(model, tokenizer, [finished, cut], {problem.key: problem}, "boxed")
+    scorer = ModelScorer(model, tokenizer.pad_token_id, batch_size=1)
+    got = rescore(scorer, tokenizer, [finished, cut], {problem.key: problem}, "boxed")
     prompt = tokenizer(render_prompt(Problem(id="p", question="What is 2 + 3?", answer="5"),
                                      "boxed", tokenizer), add_special_tokens=False).input_ids
     for s, value in zip([finished, cut], got, strict=True):

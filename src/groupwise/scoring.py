@@ -18,13 +18,17 @@ in the backward pass (activation checkpointing), so the full [B, T, V] logits ne
 once: a 4096-token completion batch with a 150k vocabulary stays within memory.
 
 Entry points: `completion_logprobs` (per token, differentiable: the trainer's),
-`completion_mean_logp` (mean per completion, no gradient, in batches: eval and analysis) and
-`rollout_mean_logp` (the same for a Rollouts: eval's `logp_fn`). The pure tensor math under them
-(log-softmax gather, masked mean) lives in groupwise.algorithms.logprobs.
+`completion_mean_logp` (mean per completion, no gradient, in batches: eval and analysis),
+`rollout_mean_logp` (the same for a Rollouts: eval's `logp_fn`) and `ModelScorer` (the same for
+lists of token ids: the transformers `TokenScorer` of the analyses, beside the vLLM and server
+ones in groupwise.rollout). The pure tensor math under them (log-softmax gather, masked mean)
+lives in groupwise.algorithms.logprobs.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -186,6 +190,45 @@ def rollout_mean_logp(
         rollouts.completion_mask,
         batch_size,
     )
+
+
+def pad_token_rows(
+    rows: Sequence[Sequence[int]], pad_token_id: int, left: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """LongTensor[B, L] ids and mask of token-id lists, padded on the left (prompts) or the
+    right (completions) with pad_token_id."""
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            columns = slice(width - len(row), width) if left else slice(0, len(row))
+            ids[i, columns] = torch.tensor(list(row), dtype=torch.long)
+            mask[i, columns] = 1
+    return ids, mask
+
+
+class ModelScorer:
+    """The `TokenScorer` (groupwise.rollout.types) of a transformers model: the mean log-prob
+    per completion token of each (prompt ids, completion ids) pair, `completion_mean_logp` in
+    batches of batch_size rows; None for an empty completion."""
+
+    def __init__(self, model: torch.nn.Module, pad_token_id: int, batch_size: int = 8) -> None:
+        self.model, self.pad_token_id, self.batch_size = model, pad_token_id, batch_size
+
+    def mean_logp(
+        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]
+    ) -> list[float | None]:
+        if len(prompt_ids) != len(completion_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts for {len(completion_ids)} completions")
+        if not prompt_ids:
+            return []
+        prompts, prompt_mask = pad_token_rows(prompt_ids, self.pad_token_id, left=True)
+        completions, completion_mask = pad_token_rows(completion_ids, self.pad_token_id, False)
+        means = completion_mean_logp(
+            self.model, prompts, prompt_mask, completions, completion_mask, self.batch_size
+        )
+        return [None if math.isnan(v) else v for v in means.tolist()]
 
 
 def _activation_checkpointing(model: torch.nn.Module) -> bool:

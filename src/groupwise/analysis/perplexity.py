@@ -6,7 +6,8 @@
 `groupwise eval` saves mean_logp for every completion (raw model distribution, temperature 1),
 so the analysis needs no model; `--recompute` scores the completions again under each run's
 own model (from its saved config), and `--model` scores every run's completions under one
-fixed model instead (e.g. the base model, as in Yue et al. 2025).
+fixed model instead (e.g. the base model, as in Yue et al. 2025), on any engine
+(groupwise.analysis.rescoring: transformers, vLLM, or a server's echoed log-probs).
 
 Strata over the problems every run evaluated: "jointly solvable" = every run solves the
 problem in at least `solvable_fraction` of its samples (default 1.0: all samples correct, the
@@ -24,62 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from groupwise.analysis import rescoring
 from groupwise.analysis.runs import EvalRun, common_problems, load_runs, warn_if_fewer_samples
-from groupwise.records import ProblemKey, Sample, SavedProblem, write_json
+from groupwise.records import ProblemKey, write_json
 
 STRATA = ("jointly solvable", "jointly unsolved")
 
 # Samples per problem in the paper's protocol: 16 rollouts per problem (paper, Figure 3).
 PROTOCOL_SAMPLES: int | None = 16
 
-
-
-def rescore(model: torch.nn.Module, tokenizer: Any, samples: Sequence[Sample],
-            problems: Mapping[ProblemKey, SavedProblem], template: str,
-            batch_size: int = 8) -> list[float | None]:
-    """mean_logp of saved completions recomputed under `model` (None for empty ones).
-
-    The prompt is rendered again with `template`; the completion text is tokenized again
-    (without special tokens) and the EOS token appended when the sample was not truncated, as
-    generation had it. Re-tokenizing decoded text can differ from the sampled ids in rare
-    cases (e.g. merges across a special token), so this is close to, not always equal to, the
-    saved value.
-    """
-    from groupwise.data import Problem
-    from groupwise.data.prompts import render_prompt
-    from groupwise.scoring import completion_mean_logp
-
-    missing = [s.key for s in samples if s.key not in problems]
-    if missing:
-        raise ValueError(f"no saved problem text for {missing[0]} (problems.jsonl missing or "
-                         "incomplete); cannot render its prompt")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts, completions = [], []
-    for s in samples:
-        p = problems[s.key]
-        problem = Problem(id=p.id, question=p.question, answer=p.answer, choices=p.choices)
-        prompts.append(tokenizer(render_prompt(problem, template, tokenizer),
-                                 add_special_tokens=False).input_ids)
-        ids = tokenizer(s.completion, add_special_tokens=False).input_ids
-        completions.append(ids if s.truncated else [*ids, tokenizer.eos_token_id])
-    prompt_ids, prompt_mask = _pad(prompts, pad, left=True)
-    completion_ids, completion_mask = _pad(completions, pad, left=False)
-    means = completion_mean_logp(model, prompt_ids, prompt_mask, completion_ids,
-                                 completion_mask, batch_size)
-    return [None if math.isnan(v) else v for v in means.tolist()]
-
-
-def _pad(rows: Sequence[Sequence[int]], pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max((len(r) for r in rows), default=0)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        cols = slice(width - len(r), width) if left else slice(0, len(r))
-        ids[i, cols] = torch.tensor(r, dtype=torch.long)
-        mask[i, cols] = 1
-    return ids, mask
 
 
 def perplexity(mean_logp: float) -> float:
@@ -152,38 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="randomly keep at most this many problems per stratum "
                              "(paper: 3 per stratum, 6 in all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of that random choice")
-    parser.add_argument("--recompute", action="store_true",
-                        help="score completions again under each run's own model (its saved "
-                             "config: model, adapter, dtype, prompt) instead of the saved values")
-    parser.add_argument("--model", default=None,
-                        help="score every run's completions under this one model instead")
-    parser.add_argument("--adapter", default=None, help="adapter for --model (run or folder)")
-    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
-                        help="dtype for scoring (default: the run's, else float32)")
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
-    parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
+    rescoring.add_arguments(parser)
     parser.add_argument("--output", required=True, type=Path, help="folder for figure and data")
-
-
-def _scored_values(args: argparse.Namespace, run: EvalRun, samples: list[Sample],
-                   cache: dict[tuple[str, str | None], tuple[Any, Any]]) -> list[float | None]:
-    """mean_logp for `samples`: saved, or recomputed as the options ask."""
-    if args.model is None and not args.recompute:
-        return [s.mean_logp for s in samples]
-    from groupwise.models import default_device, load_policy
-
-    model_name = args.model or run.config.get("model")
-    adapter = args.adapter if args.model else run.config.get("adapter")
-    if not model_name:
-        raise SystemExit(f"run {run.name!r}: its config.json names no model; use --model")
-    if (model_name, adapter) not in cache:
-        cache.clear()  # one model in memory at a time
-        cache[(model_name, adapter)] = load_policy(
-            model_name, adapter, dtype=args.dtype or run.config.get("dtype", "float32"),
-            device=args.device or default_device())
-    model, tokenizer = cache[(model_name, adapter)]
-    return rescore(model, tokenizer, samples, run.problems, run.config.get("prompt", "amir"),
-                   args.batch_size)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,21 +119,20 @@ def run(args: argparse.Namespace) -> int:
         rng = random.Random(args.seed)
         split = {k: sorted(rng.sample(v, min(len(v), args.max_problems))) for k, v in
                  split.items()}
-    out: Path = args.output
-    out.mkdir(parents=True, exist_ok=True)
     ppl: dict[str, dict[str, list[float]]] = {s: {} for s in STRATA}
     rows: list[list[Any]] = []
-    cache: dict[tuple[str, str | None], tuple[Any, Any]] = {}
-    for r in runs:
-        groups = r.by_problem()
+    scored = rescoring.scored_groups(args, runs, [[k for keys in split.values() for k in keys]
+                                                  for _ in runs], "perplexity")
+    for r, values in zip(runs, scored, strict=True):
         for stratum, keys in split.items():
-            samples = [s for k in keys for s in groups[k]]
-            values = _scored_values(args, r, samples, cache)
-            ppl[stratum][r.name] = [perplexity(v) for v in values if v is not None]
-            rows += [[r.name, stratum, s.benchmark, s.problem_id, s.sample, perplexity(v)]
-                     for s, v in zip(samples, values, strict=True) if v is not None]
-    source = ("model " + args.model) if args.model else (
-        "recomputed under each run's model" if args.recompute else "saved mean_logp")
+            samples = [s for k in keys for s in values[k]]
+            ppl[stratum][r.name] = [perplexity(s.mean_logp) for s in samples
+                                    if s.mean_logp is not None]
+            rows += [[r.name, stratum, s.benchmark, s.problem_id, s.sample,
+                      perplexity(s.mean_logp)] for s in samples if s.mean_logp is not None]
+    out: Path = args.output
+    out.mkdir(parents=True, exist_ok=True)
+    source = rescoring.source_label(args)
     write_json(out / "perplexity.json", {
         "source": source, "solvable_fraction": args.solvable_fraction,
         "problems": {s: [list(k) for k in keys] for s, keys in split.items()},

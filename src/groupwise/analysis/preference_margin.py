@@ -10,7 +10,8 @@ Three things are called a margin around AMIR-GRPO; this module is only the first
 
 preference_margin(q) = mean of l(o) over the correct completions of q - mean of l(o) over its
 incorrect ones, with l(o) = (1/|o|) sum_t log pi(o_t | q, o_<t) the length-normalised
-log-likelihood under the model that generated o (the saved `mean_logp`, nats per token). Only
+log-likelihood under the model that generated o (the saved `mean_logp`, nats per token; with
+`--recompute` or `--model` recomputed on any engine, groupwise.analysis.rescoring). Only
 problems with at least one correct and one incorrect completion have a margin; completions
 without a saved `mean_logp` (empty ones) are left out of the means. Per run: the distribution of
 margins and its summary; across runs: the ratio of each run's mean margin to the first run's
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from groupwise.analysis import rescoring
 from groupwise.analysis.runs import load_runs, warn_if_fewer_samples
 from groupwise.records import ProblemKey, Sample, write_json
 
@@ -117,23 +119,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "amir=...)")
     parser.add_argument("--benchmark", action="append", default=None,
                         help="restrict to this benchmark (repeatable; default: all)")
+    rescoring.add_arguments(parser)
     parser.add_argument("--output", required=True, type=Path, help="folder for figure and data")
+
+
+def _mixed(groups: Mapping[ProblemKey, Sequence[Sample]]) -> list[ProblemKey]:
+    """The problems with both correct and incorrect completions (the ones with a margin)."""
+    return [k for k, g in groups.items() if any(s.correct for s in g)
+            and not all(s.correct for s in g)]
 
 
 def run(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs, args.benchmark)
     warn_if_fewer_samples(runs, "margin", PROTOCOL_SAMPLES)
+    if not rescoring.recomputing(args):
+        for r in runs:
+            if all(s.mean_logp is None for s in r.samples):
+                raise SystemExit(f"run {r.name!r} ({r.path}) has no saved mean_logp (an engine "
+                                 "that returned no log-probs?); recompute them with "
+                                 "--recompute or --model")
+    scored = rescoring.scored_groups(args, runs, [_mixed(r.by_problem()) for r in runs],
+                                     "margin")
+    per_run = {r.name: preference_margins(groups) for r, groups in zip(runs, scored,
+                                                                       strict=True)}
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
-    per_run: dict[str, dict[ProblemKey, float]] = {}
-    for r in runs:
-        if all(s.mean_logp is None for s in r.samples):
-            raise SystemExit(f"run {r.name!r} ({r.path}) has no saved mean_logp; "
-                             "re-run `groupwise eval` with log-probs on")
-        per_run[r.name] = preference_margins(r.by_problem())
     summary = {n: summarize(list(m.values())) for n, m in per_run.items()}
     ratios = ratio_of_means({n: s["mean"] for n, s in summary.items()})
-    write_json(out / "margin.json", {"runs": summary, "ratio_of_means_to_first": ratios})
+    write_json(out / "margin.json", {"source": rescoring.source_label(args), "runs": summary,
+                                     "ratio_of_means_to_first": ratios})
     with open(out / "margin.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["run", "benchmark", "problem_id", "margin"])

@@ -1,19 +1,32 @@
-"""`groupwise eval`: the command line of groupwise.evaluation (flags, presets, model loading,
-then `evaluate`); output folder layout in groupwise.evaluation.folder.
+"""`groupwise eval`: the command line of groupwise.evaluation (flags, presets, the engine, then
+`evaluate`); output folder layout in groupwise.evaluation.folder, engines in
+groupwise.evaluation.engines.
 
-Every flag is checked before a model loads or a file is written; a bad one stops the command
-with one line naming the flag and its valid range.
+Every flag is checked before a model loads or a file is written, and a server (--engine openai)
+is contacted before anything is written; a bad flag or an unusable server stops the command
+with one line naming the flag or the URL (exit 2). A server that fails for good during the run
+stops it with one line (exit 1); the samples so far stay in the folder, and rerunning the same
+command resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from groupwise.evaluation.config import GRADINGS, PRESETS, EvalConfig, InvalidSetting
+from groupwise.evaluation.config import (
+    APIS,
+    DEFAULT_BATCH_SIZES,
+    ENGINES,
+    GRADINGS,
+    PRESETS,
+    EvalConfig,
+    InvalidSetting,
+)
+from groupwise.evaluation.engines import EngineOptions, open_sampler
 from groupwise.evaluation.folder import count_pending
 from groupwise.evaluation.results import results_markdown
 from groupwise.evaluation.sampling import CheckFn, evaluate
@@ -28,7 +41,8 @@ FLAGS = {"model": "--model", "adapter": "--adapter", "benchmarks": "--benchmarks
          "max_new_tokens": "--max-new-tokens", "prompt": "--prompt", "grading": "--grading",
          "limit": "--limit",
          "batch_size": "--batch-size", "dtype": "--dtype", "seed": "--seed",
-         "data_dir": "--data-dir"}
+         "data_dir": "--data-dir", "engine": "--engine", "api": "--api", "stop": "--stop",
+         "tokenizer": "--tokenizer", "base_url": "--base-url"}
 
 
 class FlagError(ValueError):
@@ -55,7 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = parser.add_argument
     p("--model", required=True, help="alias (smollm2-135m-instruct, tiny-random, ...), folder or "
-                                     "hub id")
+                                     "hub id; with --engine openai the served model name")
+    p("--engine", choices=ENGINES, default="transformers",
+      help="what samples: transformers (groupwise's decode loop, CPU or one GPU), vllm (vLLM in "
+           "process) or openai (any OpenAI-compatible server at --base-url)")
     p("--adapter", default=None,
       help="LoRA adapter: a training run folder (final adapter, else latest checkpoint), a "
            "checkpoint folder or an adapter folder")
@@ -79,12 +96,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "math_verify (Math-Verify on the whole completion; lens preset)")
     p("--limit", type=int, default=None, help="first N problems of each benchmark")
     p("--data-dir", default=None, help="benchmark folder (default: $GROUPWISE_DATA)")
-    p("--batch-size", type=int, default=64,
-      help="completions decoded together; also the unit of saving (default 64)")
-    p("--logp-batch-size", type=int, default=8,
-      help="sequences per forward pass when scoring mean_logp (default 8)")
-    p("--dtype", choices=("float32", "bfloat16"), default="float32")
-    p("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p("--stop", action="append", default=None, metavar="STRING",
+      help="a string that ends a completion (repeatable; vllm and openai engines)")
+    p("--batch-size", type=int, default=None,
+      help="completions sampled by one call; also the unit of saving and of the progress bar "
+           "(default: " + ", ".join(f"{k} {v}" for k, v in DEFAULT_BATCH_SIZES.items()) + ")")
+    p("--logp-batch-size", type=int, default=None,
+      help="transformers engine: sequences per forward pass when scoring mean_logp (default 8)")
+    p("--dtype", choices=("float32", "bfloat16", "float16", "auto"), default="float32",
+      help="weights dtype (transformers and vllm engines; auto: the checkpoint's own)")
+    p("--device", default=None,
+      help="transformers engine: cpu or cuda (default: cuda when available)")
+    server = parser.add_argument_group("--engine openai")
+    server.add_argument("--base-url", default=None,
+                        help="the server's API root, e.g. http://127.0.0.1:8000/v1")
+    server.add_argument("--api", choices=APIS, default=None,
+                        help="chat (the server renders its chat template; default) or "
+                             "completions (prompts rendered here with --tokenizer's chat "
+                             "template; the default for --prompt plain)")
+    server.add_argument("--tokenizer", default=None,
+                        help="the served model's tokenizer (alias, folder or hub id), to "
+                             "render chat prompts for --api completions")
+    server.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                        help="environment variable holding the API key (default "
+                             "OPENAI_API_KEY; unset: no key sent)")
+    server.add_argument("--concurrency", type=int, default=16,
+                        help="requests in flight at once (default 16)")
+    server.add_argument("--retries", type=int, default=5,
+                        help="further tries of a request after HTTP 408/409/429/5xx, a timeout "
+                             "or a lost connection, with exponential backoff (default 5)")
+    server.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="seconds to wait for one response (default 600)")
+    vllm = parser.add_argument_group("--engine vllm")
+    vllm.add_argument("--vllm-arg", action="append", default=None, metavar="KEY=VALUE",
+                      help="a vllm.LLM argument, VALUE read as JSON where it parses "
+                           "(repeatable): tensor_parallel_size=8, gpu_memory_utilization=0.9, "
+                           "max_model_len=8192, ...")
     p("--seed", type=int, default=0)
     p("--workers", type=int, default=2, help="answer-checking worker processes (default 2)")
     p("--quiet", action="store_true", help="no progress bars")
@@ -95,18 +142,31 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     """EvalConfig from the command line: preset defaults, overridden by explicit flags.
     Raises FlagError naming the flag of the first bad value."""
     from groupwise.data import BenchmarkSpec
+    from groupwise.data.prompts import TEMPLATES
     from groupwise.models import check_model_name, resolve_adapter
+    from groupwise.rollout.openai_engine import check_base_url
 
-    try:
-        check_model_name(args.model)
-    except ValueError as err:
-        raise FlagError("--model", str(err)) from None
+    names = [("--model", args.model)] if args.engine != "openai" else []
+    for flag, name in [*names, ("--tokenizer", args.tokenizer)]:
+        try:
+            if name is not None:
+                check_model_name(name)
+        except ValueError as err:
+            raise FlagError(flag, str(err)) from None
     try:
         adapter = str(resolve_adapter(args.adapter).resolve()) if args.adapter else None
     except FileNotFoundError as err:
         raise FlagError("--adapter", str(err)) from None
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FlagError("--data-dir", f"no folder {args.data_dir}")
+    base_url = args.base_url
+    if args.engine == "openai" and base_url is None:
+        raise FlagError("--base-url", "the openai engine needs the server's API root, e.g. "
+                                      "http://127.0.0.1:8000/v1")
+    try:
+        base_url = check_base_url(base_url) if base_url is not None else None
+    except ValueError as err:
+        raise FlagError("--base-url", str(err)) from None
     preset = PRESETS[args.preset]
     chosen = {key: getattr(args, key) if getattr(args, key) is not None else preset[key]
               for key in preset}
@@ -115,28 +175,56 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
             BenchmarkSpec.parse(spec)
         except ValueError as err:
             raise FlagError("--benchmarks", str(err)) from None
+    api = args.api
+    if args.engine == "openai" and api is None:
+        chat = chosen["prompt"] in TEMPLATES and TEMPLATES[chosen["prompt"]].chat
+        api = "chat" if chat else "completions"
+    batch_size = (args.batch_size if args.batch_size is not None
+                  else DEFAULT_BATCH_SIZES.get(args.engine, 64))
     try:
         return EvalConfig(model=args.model, adapter=adapter, limit=args.limit,
-                          batch_size=args.batch_size, dtype=args.dtype, seed=args.seed,
-                          data_dir=args.data_dir, **chosen)
+                          batch_size=batch_size, dtype=args.dtype, seed=args.seed,
+                          data_dir=args.data_dir, engine=args.engine, api=api,
+                          stop=tuple(args.stop or ()), tokenizer=args.tokenizer,
+                          base_url=base_url, **chosen)
     except InvalidSetting as err:
         raise FlagError(FLAGS[err.name], err.reason) from None
 
 
-def check_run_flags(args: argparse.Namespace) -> str:
-    """Check the flags that are not settings of the evaluation; return the device to use."""
+def check_run_flags(args: argparse.Namespace, config: EvalConfig) -> EngineOptions:
+    """Check the flags that are not settings of the evaluation: how its engine runs."""
     from groupwise.models import resolve_device
+    from groupwise.rollout.vllm_engine import parse_engine_args
 
-    for flag, value in (("--logp-batch-size", args.logp_batch_size),
-                        ("--workers", args.workers)):
-        if value < 1:
-            raise FlagError(flag, f"must be an integer >= 1, got {value}")
+    for flag, value, low in (("--logp-batch-size", args.logp_batch_size, 1),
+                             ("--workers", args.workers, 1),
+                             ("--concurrency", args.concurrency, 1),
+                             ("--retries", args.retries, 0)):
+        if value is not None and value < low:
+            raise FlagError(flag, f"must be an integer >= {low}, got {value}")
+    if not args.request_timeout > 0:
+        raise FlagError("--request-timeout", f"must be > 0 seconds, got {args.request_timeout}")
+    engine_only = {"--device": (args.device, "transformers"),
+                   "--logp-batch-size": (args.logp_batch_size, "transformers"),
+                   "--vllm-arg": (args.vllm_arg, "vllm")}
+    for flag, (value, engine) in engine_only.items():
+        if value is not None and config.engine != engine:
+            raise FlagError(flag, f"applies to --engine {engine}, not {config.engine}")
     if args.output.exists() and not args.output.is_dir():
         raise FlagError("--output", f"{args.output} is a file, not a folder")
     try:
-        return resolve_device(args.device)
+        device = resolve_device(args.device) if config.engine == "transformers" else "cpu"
     except ValueError as err:
         raise FlagError("--device", str(err)) from None
+    try:
+        vllm_args = parse_engine_args(args.vllm_arg or [])
+    except ValueError as err:
+        raise FlagError("--vllm-arg", str(err)) from None
+    return EngineOptions(device=device, logp_batch_size=args.logp_batch_size or 8,
+                         api_key=os.environ.get(args.api_key_env) or None,
+                         concurrency=args.concurrency, retries=args.retries,
+                         timeout=args.request_timeout, vllm_args=vllm_args,
+                         progress=not args.quiet)
 
 
 def load_problems(config: EvalConfig) -> dict[str, list[Problem]]:
@@ -170,33 +258,26 @@ def answer_checker(config: EvalConfig, workers: int) -> CheckFn:
 
 
 def run(args: argparse.Namespace) -> int:
-    from groupwise.data.prompts import render_prompt
-    from groupwise.models import load_policy
-    from groupwise.rollout import TransformersGenerator
-    from groupwise.scoring import rollout_mean_logp
+    from groupwise.rollout.openai_engine import ServerError
 
     try:
         config = config_from_args(args)
-        device = check_run_flags(args)
+        options = check_run_flags(args, config)
         problems = load_problems(config)
         pending = count_pending(config, problems, args.output)
-    except (ValueError, FileNotFoundError, ImportError) as err:
+        # A rerun with everything sampled only rewrites the results: no engine needed.
+        sampler, prompt_fn = open_sampler(config, options) if pending else (None, None)
+    except (ValueError, FileNotFoundError, ImportError, ServerError) as err:
         print(f"groupwise eval: {err}", file=sys.stderr)  # a user error: one line, exit 2
         return 2
-    generator = prompt_fn = logp_fn = None
-    if pending:  # a rerun with everything sampled only rewrites the results: no model needed
-        model, tokenizer = load_policy(config.model, config.adapter, dtype=config.dtype,
-                                       device=device, seed=config.seed)
-        generator = TransformersGenerator(model, tokenizer, batch_size=config.batch_size)
-
-        def prompt_fn(problem: Problem) -> str:
-            return render_prompt(problem, config.prompt, tokenizer)
-
-        logp_fn = partial(rollout_mean_logp, model, batch_size=args.logp_batch_size)
-
-    results = evaluate(config, problems, generator, args.output, prompt_fn=prompt_fn,
-                       logp_fn=logp_fn, check_fn=answer_checker(config, args.workers),
-                       progress=not args.quiet)
+    try:
+        results = evaluate(config, problems, sampler, args.output, prompt_fn=prompt_fn,
+                           check_fn=answer_checker(config, args.workers),
+                           progress=not args.quiet)
+    except ServerError as err:
+        print(f"groupwise eval: {err}; the samples so far are in {args.output}: rerun the "
+              "same command to resume", file=sys.stderr)
+        return 1
     print(results_markdown(results))
     print(f"wrote {args.output / 'results.json'}, results.md, results.png, samples.jsonl")
     return 0

@@ -11,6 +11,12 @@ Presets (explicit flags override them):
   1.0, 4096 new tokens, a plain boxed-answer prompt (the paper does not print its prompt),
   Math-Verify as the grader. The paper's table is on the full MATH test: `--benchmarks math:test`.
 
+Engines (`engine`; README "Evaluate a large model"): `transformers` (groupwise's own decode
+loop, groupwise.rollout.TransformersGenerator), `vllm` (vLLM in process,
+groupwise.rollout.vllm_engine) and `openai` (any OpenAI-compatible server, `base_url`,
+groupwise.rollout.openai_engine). The engine is a setting that changes the samples: a folder is
+resumed on the engine it was sampled with.
+
 Every setting is checked when an EvalConfig is made, so a bad value fails before a model loads
 or a file is written; `InvalidSetting` names the setting and its valid range.
 """
@@ -21,6 +27,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
+
+from groupwise.records import MEAN_LOGP_NOTE
 
 PAPER_BENCHMARKS = ("gsm8k", "aime25", "olympiadbench", "amc23", "minerva",
                     "aqua@format=official", "livemathbench:AMC_en")
@@ -46,6 +54,27 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16", "auto")
 # How samples are seeded (groupwise.evaluation.sampling.problem_seed); saved in config.json so a
 # folder sampled under another scheme is not resumed into a mix of two.
 SEEDING = "per-problem"
+ENGINES = ("transformers", "vllm", "openai")
+# The OpenAI-compatible endpoints: chat (messages; the server renders its chat template) or
+# completions (a prompt string rendered here, with the chat template of `tokenizer`).
+APIS = ("chat", "completions")
+# Completions per generate call (and per flush of samples.jsonl) when --batch-size is not given:
+# vLLM and servers schedule their own batches and gain from many requests at once.
+DEFAULT_BATCH_SIZES = {"transformers": 64, "vllm": 512, "openai": 256}
+# Settings added to config.json after folders were first written: a folder without one was made
+# with this value.
+ADDED_SETTINGS: dict[str, Any] = {"engine": "transformers", "api": None, "stop": [],
+                                  "tokenizer": None}
+# What mean_logp of a sample is, by engine (config.json and results.json carry it as "note").
+MEAN_LOGP_NOTES = {
+    "transformers": MEAN_LOGP_NOTE,
+    "vllm": ("mean_logp: mean of vLLM's log-probs of the sampled tokens, logprobs_mode "
+             "raw_logprobs: the raw model distribution (temperature 1), before temperature "
+             "and top-p"),
+    "openai": ("mean_logp: mean of the server's log-probs of the sampled tokens (vLLM serve: "
+               "the raw model distribution, temperature 1, unless started with --logprobs-mode "
+               "processed_*); null where the server returned none"),
+}
 
 
 class InvalidSetting(ValueError):
@@ -81,6 +110,13 @@ class EvalConfig:
         samples.jsonl) covers max(1, batch_size // n) problems. Samples do not depend on it.
     dtype: weights dtype of the model; seed: the sampling seed (>= 0).
     data_dir: the benchmark folder (None: env GROUPWISE_DATA, else the hub).
+    engine: what samples, one of ENGINES; `model` is the served model name for `openai`.
+    api: the endpoint of the openai engine (APIS), None for the others.
+    stop: strings that end a completion (vllm and openai engines only).
+    tokenizer: the tokenizer whose chat template renders prompts for api=completions (alias,
+        folder or hub id); None: the model's own (transformers, vllm) or none (openai).
+    base_url: the server of the openai engine, e.g. http://127.0.0.1:8000/v1 (None for the
+        others). Not a sample-changing setting: the same model may be served elsewhere.
     """
 
     model: str
@@ -98,10 +134,15 @@ class EvalConfig:
     dtype: str = "float32"
     seed: int = 0
     data_dir: str | None = None
+    engine: str = "transformers"
+    api: str | None = None
+    stop: tuple[str, ...] = ()
+    tokenizer: str | None = None
+    base_url: str | None = None
 
     # Settings that change what samples.jsonl holds: a resumed run must keep them.
     SAMPLE_KEYS = ("model", "adapter", "n", "temperature", "top_p", "max_new_tokens", "prompt",
-                   "grading", "dtype", "seed", "seeding")
+                   "grading", "dtype", "seed", "seeding", "engine", "api", "stop", "tokenizer")
 
     def __post_init__(self) -> None:
         for name, (valid, rule) in self._rules().items():
@@ -115,6 +156,9 @@ class EvalConfig:
         from groupwise.data.prompts import TEMPLATES
 
         n_ok = _is_int(self.n, 1)
+        openai = self.engine == "openai"
+        chat = self.prompt in TEMPLATES and TEMPLATES[self.prompt].chat
+        needs_tokenizer = openai and self.api == "completions" and chat
         return {
             "model": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty name"),
             "n": (lambda v: n_ok, "an integer >= 1"),
@@ -131,6 +175,26 @@ class EvalConfig:
             "batch_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
             "dtype": (lambda v: v in DTYPE_NAMES, f"one of {', '.join(DTYPE_NAMES)}"),
             "seed": (lambda v: _is_int(v, 0), "an integer >= 0"),
+            "engine": (lambda v: v in ENGINES, f"one of {', '.join(ENGINES)}"),
+            "adapter": (lambda v: v is None or not openai,
+                        "absent with the openai engine (serve the adapter and name it in "
+                        "--model)"),
+            "api": (lambda v: (v in APIS and (v == "completions" or chat)) if openai
+                    else v is None,
+                    ("chat or completions; completions for a prompt that is no chat (plain)"
+                     if openai else "given with the openai engine only")),
+            "stop": (lambda v: isinstance(v, tuple) and all(isinstance(x, str) and x for x in v)
+                     and (not v or self.engine != "transformers"),
+                     "non-empty strings, with the vllm or openai engine (the transformers engine "
+                     "stops at EOS tokens only)"),
+            "tokenizer": (lambda v: (isinstance(v, str) and bool(v)) if needs_tokenizer
+                          else v is None or (openai and isinstance(v, str) and bool(v)),
+                          f"given with --api completions and the chat prompt {self.prompt!r}: "
+                          "the served model's tokenizer (alias, folder or hub id) renders it "
+                          "here (or use --api chat)" if needs_tokenizer
+                          else "given with the openai engine only"),
+            "base_url": (lambda v: isinstance(v, str) and bool(v) if openai else v is None,
+                         "the server's API root with the openai engine, absent otherwise"),
         }
 
     @property

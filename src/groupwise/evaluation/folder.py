@@ -17,10 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from groupwise.evaluation.config import EvalConfig
+from groupwise.evaluation.config import ADDED_SETTINGS, MEAN_LOGP_NOTES, EvalConfig
 from groupwise.records import (
     CONFIG_FILE,
-    MEAN_LOGP_NOTE,
     PROBLEMS_FILE,
     SAMPLES_FILE,
     ProblemKey,
@@ -68,6 +67,8 @@ def check_folder(config: EvalConfig, output_dir: Path) -> None:
                              "tell how its samples were made; use a new --output folder")
     saved = read_json(config_path)
     mine = config.to_dict()
+    # a setting added since the folder was written: the folder was made with its old value
+    saved = {**ADDED_SETTINGS, **saved}
     diffs = [f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}" for k in config.SAMPLE_KEYS
              if saved.get(k) != mine[k]]
     if diffs:
@@ -121,7 +122,8 @@ def prepare_folder(config: EvalConfig, output_dir: Path,
 
     check_folder(config, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    write_json(output_dir / CONFIG_FILE, {**config.to_dict(), "note": MEAN_LOGP_NOTE})
+    write_json(output_dir / CONFIG_FILE, {**config.to_dict(),
+                                          "note": MEAN_LOGP_NOTES[config.engine]})
     saved = read_problems(output_dir / PROBLEMS_FILE) if (
         output_dir / PROBLEMS_FILE).is_file() else {}
     for bench, items in problems.items():

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from groupwise.evaluation.config import EvalConfig
-from groupwise.records import MEAN_LOGP_NOTE, RESULTS_FILE, Sample, write_json
+from groupwise.evaluation.config import MEAN_LOGP_NOTES, EvalConfig
+from groupwise.records import RESULTS_FILE, Sample, write_json
 
 HARD_LEVELS = (4, 5)
 HARD_LABEL = "4-5"
@@ -64,7 +64,7 @@ def results_table(config: EvalConfig, groups: Mapping[str, Sequence[Sequence[Sam
         bench_levels = (levels or {}).get(bench)
         if bench_levels is not None and any(lv is not None for lv in bench_levels):
             results[bench]["levels"] = _level_tables(config, counts, bench_levels)
-    results["config"] = {**config.to_dict(), "note": MEAN_LOGP_NOTE}
+    results["config"] = {**config.to_dict(), "note": MEAN_LOGP_NOTES[config.engine]}
     return results
 
 
@@ -105,11 +105,14 @@ def results_markdown(results: Mapping[str, Any]) -> str:
                                      [_row(level_label(level), table, ks)
                                       for level, table in results[bench]["levels"].items()])
     config = results["config"]
+    engine = config.get("engine", "transformers")  # results.json of older folders lack it
+    served = f" at {config['base_url']}, {config['api']} endpoint" if engine == "openai" else ""
     lines.append(f"\nmodel {config['model']}" + (f" + adapter {config['adapter']}"
                                                  if config["adapter"] else "")
-                 + f"; n={config['n']}, temperature {config['temperature']}, top-p "
-                 f"{config['top_p']}, {config['max_new_tokens']} new tokens, prompt "
-                 f"{config['prompt']}")
+                 + f"; engine {engine}{served}; n={config['n']}, temperature "
+                 f"{config['temperature']}, top-p {config['top_p']}, "
+                 f"{config['max_new_tokens']} new tokens, prompt {config['prompt']}"
+                 + (f", stop {config['stop']}" if config.get("stop") else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -2,9 +2,12 @@
 append their records to the folder's samples.jsonl (REFERENCE.md section 4 for what the results
 then report).
 
-`mean_logp` of each sample is the mean token log-probability of the completion under the model
-that generated it, from a separate forward pass over prompt + completion at temperature 1, i.e.
-the raw model distribution (not the tempered one it was sampled from).
+The samples come from any `Sampler` (groupwise.rollout: the vLLM and server engines), or from
+a `Generator` (the transformers engine) with a `logp_fn` (`RolloutSampler`). `mean_logp` of each
+sample is the mean token log-probability of the completion under the model that generated it
+at temperature 1, i.e. the raw model distribution (not the tempered one it was sampled from):
+for the transformers engine from a separate forward pass over prompt + completion, for vLLM
+and servers their log-probs of the sampled tokens (evaluation.config.MEAN_LOGP_NOTES).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from groupwise.evaluation.config import EvalConfig
+from groupwise.evaluation.engines import RolloutSampler
 from groupwise.evaluation.folder import load_done, prepare_folder
 from groupwise.evaluation.results import results_table, write_results
 from groupwise.records import SAMPLES_FILE, Sample, group_by_problem
@@ -25,7 +29,7 @@ if TYPE_CHECKING:
 
     from groupwise.data import Problem
     from groupwise.rewards import Verdict
-    from groupwise.rollout import Generator, Rollouts
+    from groupwise.rollout import Completions, Generator, Prompt, Rollouts, Sampler
 
 CheckFn = Callable[[list[str], list[str]], "list[Verdict]"]
 
@@ -40,24 +44,21 @@ def problem_seed(seed: int, benchmark: str, problem_id: str) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def sample_records(bench: str, chunk: Sequence[Problem], rollouts: Rollouts,
-                   verdicts: Sequence[Verdict], mean_logp: torch.Tensor | None) -> list[Sample]:
-    """The Sample records of one generate call (group-major: n rows per problem)."""
+def sample_records(bench: str, chunk: Sequence[Problem], completions: Completions,
+                   verdicts: Sequence[Verdict]) -> list[Sample]:
+    """The Sample records of one sampling call (group-major: n rows per problem)."""
     from groupwise.rewards import parse_confidence
 
-    n = rollouts.group_size
-    lengths = rollouts.completion_lengths.tolist()
-    truncated = rollouts.truncated.tolist()
-    logps = mean_logp.tolist() if mean_logp is not None else [None] * len(rollouts)
+    n = completions.group_size
     out = []
-    for row, text in enumerate(rollouts.texts):
+    for row, text in enumerate(completions.texts):
         problem = chunk[row // n]
-        logp = logps[row]
+        logp, tokens = completions.mean_logp[row], completions.tokens[row]
         out.append(Sample(
             benchmark=bench, problem_id=problem.id, sample=row % n, completion=text,
             extracted=verdicts[row].extracted, verdict=verdicts[row].status,
-            tokens=int(lengths[row]), truncated=bool(truncated[row]),
-            mean_logp=None if logp is None or math.isnan(logp) or lengths[row] == 0 else logp,
+            tokens=int(tokens), truncated=bool(completions.truncated[row]),
+            mean_logp=None if logp is None or math.isnan(logp) or tokens == 0 else float(logp),
             confidence=parse_confidence(text), gold=problem.answer))
     return out
 
@@ -89,39 +90,46 @@ class _Progress:
         self.bar.close()
 
 
-def _sample_chunk(config: EvalConfig, bench: str, chunk: Sequence[Problem],
-                  generator: Generator, prompt_fn: Callable[[Problem], str],
-                  logp_fn: Callable[[Rollouts], torch.Tensor] | None,
-                  check_fn: CheckFn) -> list[Sample]:
-    """One generate call: n samples of each problem of `chunk`, checked and scored."""
+def _sample_chunk(config: EvalConfig, bench: str, chunk: Sequence[Problem], sampler: Sampler,
+                  prompt_fn: Callable[[Problem], Prompt], check_fn: CheckFn) -> list[Sample]:
+    """One sampling call: n samples of each problem of `chunk`, checked."""
     from groupwise.rollout import SamplingParams
 
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
-                              max_new_tokens=config.max_new_tokens)
+                              max_new_tokens=config.max_new_tokens, stop=config.stop)
     seeds = [problem_seed(config.seed, bench, p.id) for p in chunk]
-    rollouts = generator.generate([prompt_fn(p) for p in chunk], config.n, sampling,
-                                  prompt_seeds=seeds)
-    verdicts = check_fn(list(rollouts.texts), [p.answer for p in chunk for _ in range(config.n)])
-    mean_logp = logp_fn(rollouts) if logp_fn is not None else None
-    return sample_records(bench, chunk, rollouts, verdicts, mean_logp)
+    completions = sampler.sample([prompt_fn(p) for p in chunk], config.n, sampling, seeds)
+    verdicts = check_fn(list(completions.texts),
+                        [p.answer for p in chunk for _ in range(config.n)])
+    return sample_records(bench, chunk, completions, verdicts)
 
 
 def evaluate(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
-             generator: Generator | None, output_dir: str | Path, *,
-             prompt_fn: Callable[[Problem], str] | None,
+             generator: Sampler | Generator | None, output_dir: str | Path, *,
+             prompt_fn: Callable[[Problem], Prompt] | None,
              logp_fn: Callable[[Rollouts], torch.Tensor] | None = None,
              check_fn: CheckFn | None = None,
              progress: bool = True) -> dict[str, Any]:
     """Sample, check and save n completions for every problem not yet done; return results.
 
     problems: {benchmark: problems}, the keys as they appear in samples and results.
-    generator: any Generator (the tests inject a fake one); prompt_fn renders a problem's
-        prompt; logp_fn gives mean_logp [N*n] of a Rollouts (None: not computed); check_fn
-        turns (completions, golds) into Verdicts (default: groupwise.rewards.check_answers).
+    generator: a Sampler (the vLLM and server engines), or a Generator (the transformers
+        engine; the tests inject fakes) with logp_fn giving mean_logp [N*n] of its Rollouts
+        (None: not computed). prompt_fn renders a problem's prompt as the engine takes it
+        (text, or chat messages for a server's chat endpoint); check_fn turns (completions,
+        golds) into Verdicts (default: groupwise.rewards.check_answers).
     generator and prompt_fn may be None when nothing is left to sample (a rerun that only
     rewrites the results).
     Returns the results dict written to results.json (see `results_table`).
     """
+    from groupwise.rollout import Sampler
+
+    if isinstance(generator, Sampler):
+        if logp_fn is not None:
+            raise ValueError("logp_fn goes with a Generator; a Sampler gives its own mean_logp")
+        sampler: Sampler | None = generator
+    else:
+        sampler = None if generator is None else RolloutSampler(generator, logp_fn)
     if check_fn is None:
         from groupwise.rewards import check_answers
 
@@ -133,15 +141,14 @@ def evaluate(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
     with open(output_dir / SAMPLES_FILE, "a", encoding="utf-8") as sink:
         for bench, items in problems.items():
             todo = [p for p in items if (bench, p.id) not in done]
-            if todo and (generator is None or prompt_fn is None):
+            if todo and (sampler is None or prompt_fn is None):
                 raise ValueError(f"{len(todo)} problem(s) of {bench} need sampling but no "
                                  "generator or prompt_fn was given")
             bar = _Progress(bench, len(items), [done[(bench, p.id)] for p in items
                                                 if (bench, p.id) in done], progress)
             for start in range(0, len(todo), per_call):
                 chunk = todo[start:start + per_call]
-                records = _sample_chunk(config, bench, chunk, generator, prompt_fn, logp_fn,
-                                        check_fn)
+                records = _sample_chunk(config, bench, chunk, sampler, prompt_fn, check_fn)
                 sink.write("".join(r.to_json() + "\n" for r in records))
                 sink.flush()
                 done.update(group_by_problem(records))

@@ -153,6 +153,11 @@ class TransformersGenerator:
             raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
         if prompt_seeds is not None and len(prompt_seeds) != len(prompts):
             raise ValueError(f"{len(prompt_seeds)} prompt_seeds for {len(prompts)} prompts")
+        if sampling.stop:
+            raise ValueError(
+                "the transformers engine stops at EOS tokens only, not at stop strings "
+                f"{list(sampling.stop)}; the vllm and openai engines take them"
+            )
         encoded = self.tokenizer(
             list(prompts), add_special_tokens=self.add_special_tokens, padding=False
         )["input_ids"]

@@ -1,5 +1,9 @@
 """What a rollout engine takes and returns: SamplingParams in, Rollouts out, behind the
-Generator protocol (DESIGN.md: prompts --rollout engine--> Rollouts)."""
+Generator protocol (DESIGN.md: prompts --rollout engine--> Rollouts).
+
+Evaluation needs less than training: the completions as text with a few facts each
+(`Completions`), from any engine behind the `Sampler` protocol, including servers that never
+show token ids; and the analyses need the mean log-prob of given token ids (`TokenScorer`)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,22 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Generator", "ModelInputs", "Rollouts", "SamplingParams"]
+__all__ = [
+    "ChatMessages",
+    "Completions",
+    "Generator",
+    "ModelInputs",
+    "Prompt",
+    "Rollouts",
+    "Sampler",
+    "SamplingParams",
+    "TokenScorer",
+]
+
+# A chat prompt: [{"role": "system" | "user", "content": ...}], rendered by whoever serves it.
+ChatMessages = list[dict[str, str]]
+# What a Sampler takes per prompt: the rendered text, or chat messages (OpenAI chat endpoint).
+Prompt = str | ChatMessages
 
 
 @dataclass(frozen=True)
@@ -23,12 +42,16 @@ class SamplingParams:
         an EOS token is marked truncated.
     seed: seeds the sampler's own torch.Generator, so the same seed, prompts and model give
         identical rollouts; None draws a fresh seed. The global RNG is never touched.
+    stop: strings that end a completion (the text is cut before the first one, as vLLM and
+        OpenAI-compatible servers do); not truncated. Only the vLLM and server engines take
+        them; the transformers engine stops at EOS tokens only and refuses a non-empty `stop`.
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
     seed: int | None = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.temperature, int | float) and 0.0 <= self.temperature < 1e6):
@@ -51,6 +74,10 @@ class SamplingParams:
         ):
             raise ValueError(
                 f"SamplingParams.seed must be None or an integer >= 0, got {self.seed!r}"
+            )
+        if not isinstance(self.stop, tuple) or not all(isinstance(x, str) and x for x in self.stop):
+            raise ValueError(
+                f"SamplingParams.stop must be a tuple of non-empty strings, got {self.stop!r}"
             )
 
 
@@ -158,3 +185,68 @@ class Generator(Protocol):
         sampling: SamplingParams,
         prompt_seeds: Sequence[int] | None = None,
     ) -> Rollouts: ...
+
+
+@dataclass(frozen=True)
+class Completions:
+    """n completions for each of N prompts as text, group-major (prompt i's samples are rows
+    i*n .. i*n + n - 1), with what evaluation records of each.
+
+    texts: the N*n completions (special tokens skipped, cut before a stop string).
+    tokens: completion tokens of each, the EOS or stop-string tokens that ended it included.
+    truncated: whether each reached max_new_tokens (or the model's length) without stopping.
+    mean_logp: mean log-prob per completion token (nats) under the generating model at
+        temperature 1, i.e. the raw model distribution; None where the engine gives none.
+    token_ids: the completion token ids, where the engine shows them (None otherwise).
+    group_size: n.
+    """
+
+    texts: list[str]
+    tokens: list[int]
+    truncated: list[bool]
+    mean_logp: list[float | None]
+    group_size: int
+    token_ids: list[list[int]] | None = None
+
+    def __post_init__(self) -> None:
+        rows = len(self.texts)
+        columns = [len(self.tokens), len(self.truncated), len(self.mean_logp)]
+        if self.token_ids is not None:
+            columns.append(len(self.token_ids))
+        if self.group_size < 1 or rows % self.group_size or any(c != rows for c in columns):
+            raise ValueError(
+                f"inconsistent Completions: {rows} texts, columns of {columns} rows, "
+                f"group_size {self.group_size}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """An evaluation engine: n completions for each prompt, as Completions (group-major).
+
+    prompt_seeds: one seed per prompt; prompt i's samples come from its own random stream
+    seeded by prompt_seeds[i], whatever else shares the call, so that a resumed evaluation
+    draws what an uninterrupted one does.
+    """
+
+    def sample(
+        self,
+        prompts: Sequence[Prompt],
+        n: int,
+        sampling: SamplingParams,
+        prompt_seeds: Sequence[int],
+    ) -> Completions: ...
+
+
+class TokenScorer(Protocol):
+    """Log-probs of given text: the mean log-prob per completion token (nats) of each
+    completion after its prompt, under the raw model distribution (temperature 1); None for an
+    empty completion. Both sides are token ids of the scorer's tokenizer; a prompt is never
+    empty (its last token predicts the first completion token)."""
+
+    def mean_logp(
+        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]
+    ) -> list[float | None]: ...
