@@ -139,7 +139,7 @@ stage() {  # name, time limit (s), command...
 }
 
 # 1. quickstart training in bf16 (the quickstart settings, AMIR-GRPO as shipped)
-stage train 240 "$PYTHON" -m groupwise train --config configs/quickstart.yaml \
+stage train 240 "$PYTHON" -m groupwise train --config configs/quickstart_gsm8k.yaml \
     model.name="$MODEL" model.device="$DEVICE" model.dtype="$DTYPE" \
     rollout.max_new_tokens="$TOKENS" train.max_steps="$STEPS" train.save_every=1000 \
     train.progress=false train.output_dir="$OUT/train"

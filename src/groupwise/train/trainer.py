@@ -89,7 +89,9 @@ from groupwise.train.checkpoint import (
 )
 from groupwise.train.config import AlgorithmConfig, Config
 from groupwise.train.distributed import Distributed
+from groupwise.train.heldout import HeldoutEvaluation
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
+from groupwise.train.progress import ProgressLine, all_wrong_with_gradient
 from groupwise.train.run_folder import RunFolder
 from groupwise.train.sampler import ProblemSampler
 
@@ -279,6 +281,9 @@ class Trainer:
         if cfg.train.log_rollouts:
             path = self.run_dir / "rollouts.jsonl"
             self.rollout_log = JsonlLog(path, resume_step) if main else _SilentLog(path)
+        self.heldout = HeldoutEvaluation.from_config(
+            cfg, self.generator, self.tokenizer, self.rewards, self.dist, self.run_dir, resume_step
+        )
         self._stop_requested = False
         self.stop_signal: int | None = None
 
@@ -360,22 +365,22 @@ class Trainer:
             unit="step",
             dynamic_ncols=True,
         )
+        progress = ProgressLine()
         with self._graceful_stop():
+            if self.heldout is not None and self.step == 0:
+                self.heldout.at(0)
             while self.step < cfg.train.max_steps and not self._stop_requested:
                 record, samples = self.train_step()
                 self.step += 1
+                if self.heldout is not None:
+                    record.update(self.heldout.at(self.step))
                 # A signal may reach one process only; all stop after the same step.
                 self._stop_requested = self.dist.any(self._stop_requested)
                 self.log.write(record)
                 if self.rollout_log is not None:
                     self.rollout_log.write(samples)
                 bar.update(1)
-                bar.set_postfix(
-                    reward=f"{record['reward_mean']:.3f}",
-                    acc=f"{record['accuracy']:.2f}",
-                    **({"lam": f"{record['lambda']:.4f}"} if "lambda" in record else {}),
-                    tok_s=f"{record['tokens_per_second']:.0f}",
-                )
+                bar.set_postfix(progress.postfix(record))
                 if self.step % cfg.train.save_every == 0 or self.step == cfg.train.max_steps:
                     self.save()
             if self._stop_requested and self.step < cfg.train.max_steps:
@@ -750,8 +755,10 @@ class Trainer:
             "pairs": int(batch.chosen.numel()),
             "pairs_per_group": batch.chosen.numel() / len(problems),
             **({"lambda": self.lambda_reg.value} if self.lambda_reg is not None else {}),
-            **(_all_wrong_metrics(batch, updates, group_size)
-               if cfg.train.log_all_wrong_gradient else {}),
+            "group_all_wrong_active": all_wrong_with_gradient(
+                batch.scores.correct, batch.advantages, group_size
+            ),
+            **(_all_wrong_metrics(updates) if cfg.train.log_all_wrong_gradient else {}),
             "advantage_abs_mean": float(batch.advantages.abs().mean()),
             "reward_used_mean": float(batch.rewards.mean()),
             "learning_rate": updates[-1]["learning_rate"],
@@ -1025,15 +1032,10 @@ def _all_wrong_gradient_share(wrong_grads: list[torch.Tensor], grad_norm: float
             "all_wrong_grad_share": norm / grad_norm if grad_norm > 0 else 0.0}
 
 
-def _all_wrong_metrics(batch: StepBatch, updates: list[dict[str, float]], group_size: int
-                       ) -> dict[str, float]:
-    """train.log_all_wrong_gradient's step metrics: the fraction of groups that are all-wrong
-    and carry a non-zero advantage (so a policy gradient), and the updates' mean all-wrong
-    gradient norm and share."""
-    all_wrong = group_types(batch.scores.correct, group_size)["all_wrong"]
-    active = (batch.advantages.view(-1, group_size) != 0).any(dim=1)
+def _all_wrong_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
+    """train.log_all_wrong_gradient's step metrics: the updates' mean all-wrong gradient norm
+    and share."""
     return {
-        "group_all_wrong_active": float((all_wrong & active).float().mean()),
         "all_wrong_grad_norm": _mean(updates, "all_wrong_grad_norm"),
         "all_wrong_grad_share": _mean(updates, "all_wrong_grad_share"),
     }
