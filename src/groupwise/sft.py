@@ -8,7 +8,12 @@ question text alone and the completion follows it directly.
 
 Training: next-token cross-entropy on the completion tokens only (``"\\n" + worked solution +
 <eos>``; the question tokens are masked out), AdamW with linear warm-up and cosine
-decay. The trained model lands in the user's cache (``GROUPWISE_CACHE``, else
+decay.
+
+The policy of the default settings ships inside the package (``groupwise/weights/arith-base``:
+safetensors, tokenizer, settings, scores, and a README with the command that made it,
+``python -m groupwise.sft --output DIR``), so nothing trains it at run time. Other settings are
+trained on first use into the user's cache (``GROUPWISE_CACHE``, else
 ``$XDG_CACHE_HOME/groupwise``, else ``~/.cache/groupwise``) under
 ``models/arith-base-<hash of the settings>``, written to a temporary folder and renamed, so later
 runs and concurrent processes reuse one copy.
