@@ -33,15 +33,15 @@ def test_postfix_shows_groups_and_all_wrong_groups_with_a_gradient() -> None:
     assert line == {
         "reward": "0.406",
         "acc": "0.41",
-        "mixed/right/wrong": "56%/12%/31%",
-        "wrong+grad": "0%",
+        "groups mixed/right/wrong": "56/12/31%",
+        "all-wrong with grad": "0%",
         "tok/s": "812",
     }
 
 
 def test_postfix_shows_amir_pairs_and_lambda() -> None:
     line = ProgressLine().postfix({**RECORD, "lambda": 0.005, "pairs_per_group": 6.875})
-    assert (line["pairs/q"], line["lam"]) == ("6.9", "0.0050")
+    assert (line["pairs/group"], line["lam"]) == ("6.9", "0.0050")
 
 
 def test_postfix_keeps_the_latest_heldout_accuracy() -> None:

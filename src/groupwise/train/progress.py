@@ -45,11 +45,11 @@ class ProgressLine:
         line = {
             "reward": f"{record['reward_mean']:.3f}",
             "acc": f"{record['accuracy']:.2f}",
-            "mixed/right/wrong": "/".join(f"{share:.0%}" for share in shares),
-            "wrong+grad": f"{record['group_all_wrong_active']:.0%}",
+            "groups mixed/right/wrong": "/".join(f"{100 * share:.0f}" for share in shares) + "%",
+            "all-wrong with grad": f"{record['group_all_wrong_active']:.0%}",
         }
         if "lambda" in record:
-            line["pairs/q"] = f"{record['pairs_per_group']:.1f}"
+            line["pairs/group"] = f"{record['pairs_per_group']:.1f}"
             line["lam"] = f"{record['lambda']:.4f}"
         if self.heldout is not None:
             line["heldout"] = f"{self.heldout:.1%}"
