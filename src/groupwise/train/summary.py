@@ -258,7 +258,9 @@ def plot_runs(run_dirs: Sequence[str | Path], path: str | Path) -> Path:
         title=f"training reward (per step; line: mean of the last {SMOOTHING})",
     )
     heldout_ax.set(
-        xlabel="step", ylabel="accuracy (%)", title="held-out accuracy (95 % CI over problems)"
+        xlabel="step",
+        ylabel="accuracy (%)",
+        title="held-out accuracy (band: 95 % CI over problems)",
     )
     for ax in (reward_ax, heldout_ax):
         ax.grid(alpha=0.3)
