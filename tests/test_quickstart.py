@@ -18,8 +18,11 @@ TINY = [
     "train.max_steps=2",
     "train.eval_every=1",
     "train.eval_samples=2",
-    "rollout.questions_per_step=2",
+    "rollout.questions_per_step=4",
     "rollout.max_new_tokens=64",
+    # the long level: most groups of the base policy are all wrong, so each method's handling
+    # of them shows in two steps
+    "data.options={level: long, size: 50, seed: 1}",
     "data.heldout={benchmark: arith, split: test, options: {level: mid, size: 8}}",
 ]
 
@@ -70,8 +73,11 @@ def test_quickstart_runs_the_three_methods_and_compares_them(tmp_path: Path) -> 
     # the same base policy, problems and sampling streams: the same accuracy before training
     before = {row.split(" | ")[1] for row in table[2:5]}
     assert len(before) == 1
-    assert table[2].endswith("| 0% | – | – |")  # GRPO: no all-wrong group moves, no pairs
-    assert table[3].split(" | ")[-1].startswith("0.0")  # AMIR-GRPO's lambda
+    cells = [row.split(" | ") for row in table[2:5]]
+    assert cells[0][5:] == ["0%", "–", "– |"]  # GRPO: no all-wrong group moves, no pairs
+    assert cells[1][5] == "0%" and float(cells[1][6]) > 0  # AMIR-GRPO: pairs
+    assert cells[1][7].startswith("0.0")  # and lambda
+    assert cells[2][5] not in ("0%", "–") and cells[2][6] == "–"  # LENS: all-wrong groups move
     assert (tmp_path / "qs" / "quickstart.png").read_bytes()[:4] == b"\x89PNG"
     assert "GRPO: 2 steps" in out and "quickstart: " in out
     # run again: nothing is trained twice, the same table comes back
