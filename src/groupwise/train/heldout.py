@@ -39,7 +39,6 @@ __all__ = [
     "Difference",
     "HeldoutEvaluation",
     "accuracy_difference",
-    "heldout_part",
     "mean_interval",
     "read_heldout",
 ]
@@ -49,20 +48,15 @@ HELDOUT_FILE = "heldout.jsonl"
 BOOTSTRAP = 10_000
 
 
-def heldout_part(config: Config) -> MixPart:
-    """data.heldout as a MixPart; a ConfigError-ready ValueError names the key."""
-    return MixPart.from_dict(config.data.heldout, "data.heldout")
-
-
 class HeldoutEvaluation:
     """Evaluates a training run's policy on its held-out problems and logs the results.
 
-    problems: the held-out problems. generator: the run's generator (its inference copy is
-    refreshed from the policy at every call). rewards: the run's reward suite (its answer
-    checking decides what is correct, as in training). n: samples per problem. sampling: the
-    rollout's temperature, top_p and max_new_tokens. seed: train.seed. every, last_step:
-    train.eval_every and train.max_steps. log: RUN/heldout.jsonl (rank 0) or None (the other
-    processes).
+    problems: the held-out problems; prompts: each one's rendered prompt. generator: the
+    run's generator (its inference copy is refreshed from the policy at every call). rewards:
+    the run's reward suite (its answer checking decides what is correct, as in training). n:
+    samples per problem. sampling: the rollout's temperature, top_p and max_new_tokens. seed:
+    train.seed. every, last_step: train.eval_every and train.max_steps. dist: the run's
+    processes. log: RUN/heldout.jsonl (rank 0) or None (the other processes).
     """
 
     def __init__(
@@ -106,7 +100,8 @@ class HeldoutEvaluation:
         resumed run continues from (its heldout.jsonl is cut back to it), None for a new run."""
         if config.train.eval_every == 0:
             return None
-        problems = load_mix([heldout_part(config)], config.data.data_dir)
+        part = MixPart.from_dict(config.data.heldout, "data.heldout")  # checked at load
+        problems = load_mix([part], config.data.data_dir)
         rollout = config.rollout
         log = JsonlLog(Path(run_dir) / HELDOUT_FILE, resume_step) if dist.is_main else None
         return cls(
