@@ -74,10 +74,10 @@ def test_quickstart_runs_the_three_methods_and_compares_them(tmp_path: Path) -> 
     before = {row.split(" | ")[1] for row in table[2:5]}
     assert len(before) == 1
     cells = [row.split(" | ") for row in table[2:5]]
-    assert cells[0][5:] == ["0%", "–", "– |"]  # GRPO: no all-wrong group moves, no pairs
-    assert cells[1][5] == "0%" and float(cells[1][6]) > 0  # AMIR-GRPO: pairs
+    assert cells[0][5:] == ["0.0%", "–", "– |"]  # GRPO: no all-wrong group moves, no pairs
+    assert cells[1][5] == "0.0%" and float(cells[1][6]) > 0  # AMIR-GRPO: pairs
     assert cells[1][7].startswith("0.0")  # and lambda
-    assert cells[2][5] not in ("0%", "–") and cells[2][6] == "–"  # LENS: all-wrong groups move
+    assert cells[2][5] not in ("0.0%", "–") and cells[2][6] == "–"  # LENS: all-wrong groups move
     assert (tmp_path / "qs" / "quickstart.png").read_bytes()[:4] == b"\x89PNG"
     assert "GRPO: 2 steps" in out and "quickstart: " in out
     # run again: nothing is trained twice, the same table comes back

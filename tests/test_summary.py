@@ -85,7 +85,7 @@ def test_summary_of_a_lens_run(lens: Path) -> None:
     assert s.pairs_per_group is None and s.lambda_first is None
     text = summary_text(s)
     assert "held-out accuracy (3 problems x 4 samples): 50.0 % -> 83.3 %, +33.3 points" in text
-    assert "all-wrong groups that got a gradient: 100% of them (LENS's calibrated" in text
+    assert "all-wrong groups that got a gradient: 100.0% of them (LENS's calibrated" in text
     assert "AMIR" not in text
 
 
@@ -109,8 +109,8 @@ def test_comparison_table_has_a_row_per_run(lens: Path, amir: Path) -> None:
     table = comparison_table([summarize(lens), summarize(amir)]).splitlines()
     assert len(table) == 4 and table[1].count("---") == table[0].count(" | ") + 1
     assert table[2].startswith("| LENS | 50.0 % | 83.3 % | +33.3 [")
-    assert table[2].endswith("| 62% / 0% / 38% | 100% | – | – |")
-    assert table[3] == "| AMIR-GRPO | – | – | – | 67% / 17% / 17% | 0% | 5.0 | 0.0080 -> 0.0050 |"
+    assert table[2].endswith("| 62% / 0% / 38% | 100.0% | – | – |")
+    assert table[3] == "| AMIR-GRPO | – | – | – | 67% / 17% / 17% | 0.0% | 5.0 | 0.0080 -> 0.0050 |"
 
 
 def test_trailing_mean() -> None:

@@ -160,7 +160,7 @@ def summary_text(summary: RunSummary) -> str:
     ]
     if s.all_wrong_with_gradient is not None:
         lines.append(
-            f"  all-wrong groups that got a gradient: {s.all_wrong_with_gradient:.0%} of them"
+            f"  all-wrong groups that got a gradient: {s.all_wrong_with_gradient:.1%} of them"
             + (" (LENS's calibrated negatives)" if "LENS" in s.label else " (advantage 0)")
         )
     if s.pairs_per_group is not None:
@@ -204,7 +204,7 @@ def comparison_table(summaries: Sequence[RunSummary]) -> str:
                     s.label,
                     *held,
                     f"{s.mixed:.0%} / {s.all_correct:.0%} / {s.all_wrong:.0%}",
-                    _cell(s.all_wrong_with_gradient, ".0%"),
+                    _cell(s.all_wrong_with_gradient, ".1%"),
                     _cell(s.pairs_per_group, ".1f"),
                     lam,
                 ]
