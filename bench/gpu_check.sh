@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check of groupwise, on one H200 with no network (stages 1-3: under 8 minutes; 4: up to 13):
-#   train       1. quickstart training in bfloat16 on CUDA: step time and its split (generation,
+#   train       1. GSM8K quickstart training in bfloat16 on CUDA: step time and its split (generation,
 #                  scoring, training), completion tokens per second;
 #   generation  2. rollout-engine generation tokens/s against model.generate (bench/generation.py);
 #   eval        3. evaluation throughput (groupwise eval: completions and problems per second);
@@ -121,8 +121,8 @@ stage() {  # name, time limit (s), command...: runs it, its log in $OUT/name.log
 # that calls `stage NAME LIMIT COMMAND...` and appends its tables to $SUMMARY, and its name in
 # STAGES' default above.
 
-stage_train() {  # 1. quickstart training in bf16 (the quickstart settings, AMIR-GRPO as shipped)
-    stage train 240 "$PYTHON" -m groupwise train --config configs/quickstart.yaml \
+stage_train() {  # 1. quickstart training in bf16 (the GSM8K quickstart settings on SmolLM2, AMIR-GRPO)
+    stage train 240 "$PYTHON" -m groupwise train --config configs/quickstart_gsm8k.yaml \
         model.name="$MODEL" model.device="$DEVICE" model.dtype="$DTYPE" \
         rollout.max_new_tokens="$TOKENS" train.max_steps="$STEPS" train.save_every=1000 \
         train.progress=false train.output_dir="$OUT/train"

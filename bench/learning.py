@@ -495,7 +495,8 @@ def _train_and_report(settings: BenchSettings, root: Path, preset: str,
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
-    # Train (or read) the base policy once, before parallel workers would each train it.
+    # Load the base policy once (arith-base is shipped; the smoke preset's is trained here,
+    # before parallel workers would each train it).
     from groupwise.models import load_model
 
     load_model(settings.model)

@@ -60,7 +60,7 @@ def make_trainer(out: Path, extra: list[str]):
     from groupwise.train.trainer import Trainer
 
     config = load_config(
-        REPO / "configs" / "quickstart.yaml",
+        REPO / "configs" / "quickstart_gsm8k.yaml",
         [
             "algorithm.amir=false",
             "algorithm.margin=0.1",

@@ -62,7 +62,7 @@ def one_setting(setting: tuple[int, int, int], warmup: int, steps: int, extra: l
     group, length, questions = setting
     with tempfile.TemporaryDirectory(prefix="scaling-") as scratch:
         config = load_config(
-            REPO / "configs" / "quickstart.yaml",
+            REPO / "configs" / "quickstart_gsm8k.yaml",
             [
                 "algorithm.amir=false",
                 f"rollout.group_size={group}",

@@ -1,7 +1,7 @@
 """groupwise against TRL's GRPOTrainer: seconds per training step and completion tokens per
 second at equal settings, in one process, alternating step by step.
 
-Settings shared by both (configs/quickstart.yaml with AMIR off, i.e. plain GRPO):
+Settings shared by both (configs/quickstart_gsm8k.yaml with AMIR off, i.e. plain GRPO):
 SmolLM2-135M-Instruct from groupwise's cache folder, LoRA r=16 alpha=16 on all linear layers,
 1 GSM8K-train question x G=8 completions of at most 128 new tokens, temperature 1.0, top-p 1.0,
 no top-k, loss "grpo" (token mean per completion, then mean), clip 0.2, group-scaled
@@ -60,7 +60,7 @@ def groupwise_trainer(overrides: list[str], steps: int, out: Path):
     from groupwise.train.trainer import Trainer
 
     config = load_config(
-        REPO / "configs" / "quickstart.yaml",
+        REPO / "configs" / "quickstart_gsm8k.yaml",
         [
             "algorithm.amir=false",
             f"train.max_steps={steps}",

@@ -23,6 +23,7 @@ def test_presets_exist() -> None:
         "gspo_gsm8k",
         "amir_lens_gsm8k",
         "quickstart",
+        "quickstart_gsm8k",
     } <= names
 
 
@@ -133,7 +134,7 @@ def test_gspo_preset_uses_tight_clip() -> None:
 
 def test_overrides_parse_values_as_yaml() -> None:
     c = load_config(
-        CONFIGS / "quickstart.yaml",
+        CONFIGS / "quickstart_gsm8k.yaml",
         [
             "model.name=tiny-random",
             "train.max_steps=2",

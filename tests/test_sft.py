@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -228,3 +231,60 @@ def test_left_padded_batch_generates_like_single_prompts(trained) -> None:
         single = model.generate(**alone, do_sample=False, max_new_tokens=12)
         tokens = [t for t in single[0, alone["input_ids"].shape[1] :].tolist()]
         assert batch[i, width : width + len(tokens)].tolist() == tokens
+
+
+def test_shipped_policy_loads_and_scores_as_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from groupwise.models import load_model
+
+    def no_training(settings: SFTSettings) -> None:
+        raise AssertionError("the default base policy is shipped, never trained")
+
+    monkeypatch.setattr(sft, "fit_base_policy", no_training)
+    model, tokenizer = load_model("arith-base")
+    assert sum(p.numel() for p in model.parameters()) == 886_272
+    folder = sft.shipped_base_policy()
+    record = json.loads((folder / sft.SETTINGS_FILE).read_text())
+    assert SFTSettings(**record["settings"]) == SFTSettings()
+    assert record["format_version"] == sft.FORMAT_VERSION
+    # the file is the one its README describes, and it scores as recorded
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    assert f"sha256 {digest}" in (folder / "README.md").read_text()
+    recorded = json.loads((folder / sft.SCORES_FILE).read_text())
+    scores = sft.base_policy_scores(model, tokenizer)
+    assert set(scores["greedy_accuracy"]) == set(LEVELS)
+    for level in LEVELS:
+        # greedy decoding may flip a near-tie on another CPU: one problem in 100
+        assert abs(scores["greedy_accuracy"][level] - recorded["greedy_accuracy"][level]) <= 0.01
+        assert scores["solution_nll"][level] == pytest.approx(
+            recorded["solution_nll"][level], rel=1e-4
+        )
+
+
+def test_the_command_trains_saves_and_scores(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scored = []
+
+    def few_problems(model, tokenizer, problems: int = sft.SCORED_PROBLEMS):
+        scored.append(problems)
+        return base_policy_scores(model, tokenizer, problems=5)
+
+    base_policy_scores = sft.base_policy_scores
+    monkeypatch.setattr(sft, "base_policy_scores", few_problems)
+    overrides = [
+        f"{name}={json.dumps(value)}" for name, value in dataclasses.asdict(TINY).items()
+    ]
+    assert sft.main(["--output", str(tmp_path / "policy"), *overrides]) == 0
+    folder = tmp_path / "policy"
+    record = json.loads((folder / sft.SETTINGS_FILE).read_text())
+    assert SFTSettings(**record["settings"]) == TINY
+    scores = json.loads((folder / sft.SCORES_FILE).read_text())
+    assert set(scores) == {"greedy_accuracy", "solution_nll"}
+    assert scored == [sft.SCORED_PROBLEMS]  # the shipped policy's scoring, on 5 problems here
+    assert all(scores["greedy_accuracy"][level] in (0, 0.2, 0.4, 0.6, 0.8, 1) for level in LEVELS)
+    assert str(folder) in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        sft.main(["--output", str(tmp_path / "other"), "step=3"])
+    assert exit_info.value.code == 2
+    assert "unknown option(s) ['step']" in capsys.readouterr().err
+

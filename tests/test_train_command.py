@@ -241,11 +241,11 @@ def test_a_run_stopped_by_a_signal_exits_128_plus_it(
 ) -> None:
     monkeypatch.setattr(StoppedTrainer, "signal_number", number)
     monkeypatch.setattr(trainer_module, "Trainer", StoppedTrainer)
-    args = [*tiny_run(tmp_path), "--config", "configs/quickstart.yaml"]
+    args = [*tiny_run(tmp_path), "--config", "configs/quickstart_gsm8k.yaml"]
     assert main(args) == code
     err = capsys.readouterr().err
     assert f"stopped by {signal.Signals(number).name} at step 3" in err
-    assert "continue with: groupwise train --config configs/quickstart.yaml " in err
+    assert "continue with: groupwise train --config configs/quickstart_gsm8k.yaml " in err
     assert err.rstrip().endswith(f"train.output_dir={tmp_path} --resume")
 
 

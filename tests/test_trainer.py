@@ -268,7 +268,7 @@ def test_print_config_shows_resolved_values(capsys) -> None:
             [
                 "train",
                 "--config",
-                str(REPO / "configs" / "quickstart.yaml"),
+                str(REPO / "configs" / "quickstart_gsm8k.yaml"),
                 "--print-config",
                 "optim.lr=3e-5",
             ]
@@ -283,5 +283,5 @@ def test_print_config_shows_resolved_values(capsys) -> None:
     assert "Valid: > 0." in printed.split("beta_dpo:")[0].rsplit("beta_DPO", 1)[1]
     assert printed.count("\n  # ") >= sum(len(section) for section in resolved.values())
     assert config_from_dict(resolved) == load_config(
-        REPO / "configs" / "quickstart.yaml", ["optim.lr=3e-5"]
+        REPO / "configs" / "quickstart_gsm8k.yaml", ["optim.lr=3e-5"]
     )

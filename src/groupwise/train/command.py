@@ -137,6 +137,10 @@ def _train(
     print(f"run folder: {trainer.run_dir}")
     print(f"metrics:    {trainer.log.path}")
     print(f"weights:    {final}")
+    if trainer.dist.is_main:
+        from groupwise.train.summary import summarize, summary_text
+
+        print(summary_text(summarize(trainer.run_dir)))
     return 0
 
 

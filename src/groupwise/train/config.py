@@ -80,6 +80,10 @@ class DataConfig:
     """Use only the first N problems (after loading, before shuffling); null = all."""
     shuffle: bool = True
     """Visit problems in a seeded random order, reshuffled every epoch."""
+    heldout: dict[str, Any] = field(default_factory=dict)
+    """Held-out problems for train.eval_every, as one part of data.mix: {benchmark, split,
+    options, size or fraction, seed}, e.g. {benchmark: arith, split: test, options: {level:
+    mid, size: 200}}; another split than training's (groupwise.train.heldout)."""
 
 
 @dataclass
@@ -230,6 +234,13 @@ class TrainConfig:
     all_wrong_grad_share (that norm over the whole update's gradient norm, before clipping).
     Costs one more backward pass per micro-batch holding all-wrong rows with a non-zero
     advantage. Ours."""
+    eval_every: int = 0
+    """Evaluate the policy on data.heldout before the first step, every N steps and after the
+    last: heldout_accuracy in metrics.jsonl, per-problem counts in RUN/heldout.jsonl; 0 = never
+    (ours; TRL's eval_strategy="steps" with eval_steps=N). groupwise.train.heldout."""
+    eval_samples: int = 4
+    """Samples per held-out problem, at rollout.temperature, top_p and max_new_tokens; the
+    held-out accuracy is the fraction correct (pass@1, REFERENCE.md 4)."""
 
 
 @dataclass
@@ -261,6 +272,7 @@ class Config:
         _import_plugins(self.reward.plugins)
         _check_rewards(self)
         _check_data(self.data)
+        _check_heldout(self)
         return self
 
 
@@ -488,6 +500,36 @@ def _check_data(d: DataConfig) -> None:
             _check_benchmark(part.benchmark, part.split, part.options, f"{where}.")
         return
     _check_benchmark(d.benchmark, d.split, d.options, "data.")
+
+
+def _check_heldout(c: Config) -> None:
+    """train.eval_every, train.eval_samples and data.heldout (groupwise.train.heldout)."""
+    t = c.train
+    if t.eval_every < 0 or t.eval_samples < 1:
+        raise ConfigError(
+            "train.eval_every must be >= 0 (0: no held-out evaluation) and train.eval_samples "
+            f">= 1, got {t.eval_every} and {t.eval_samples}"
+        )
+    if not c.data.heldout:
+        if t.eval_every:
+            raise ConfigError(
+                f"train.eval_every={t.eval_every} needs data.heldout: the held-out problems, "
+                "e.g. {benchmark: arith, split: test, options: {level: mid, size: 200}}"
+            )
+        return
+    try:
+        part = MixPart.from_dict(c.data.heldout, "data.heldout")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    _check_benchmark(part.benchmark, part.split, part.options, "data.heldout.")
+    trained = [(m.get("benchmark"), m.get("split")) for m in c.data.mix] or [
+        (c.data.benchmark, c.data.split)
+    ]
+    if (part.benchmark, part.split) in trained:
+        raise ConfigError(
+            f"data.heldout: {part.label} is a split the run trains on; held-out problems come "
+            "from another split (e.g. split: test)"
+        )
 
 
 def _check_benchmark(name: str, split: str | None, options: Any, prefix: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from groupwise.algorithms import GroupTargets, LossTerms, group_types
 from groupwise.rewards import Scores
 from groupwise.train.batch import Learned, ScoredBatch
+from groupwise.train.progress import all_wrong_with_gradient
 
 PER_UPDATE = (
     "policy_loss",
@@ -62,7 +63,10 @@ def step_metrics(
         "pairs": targets.num_pairs,
         "pairs_per_group": targets.num_pairs / num_questions,
         **({"lambda": updates[-1]["lambda"]} if "lambda" in updates[-1] else {}),
-        **(all_wrong_metrics(batch, learned) if "all_wrong_grad_norm" in updates[0] else {}),
+        "group_all_wrong_active": all_wrong_with_gradient(
+            batch.scores.correct, targets.advantages, group_size
+        ),
+        **(all_wrong_metrics(learned) if "all_wrong_grad_norm" in updates[0] else {}),
         "advantage_abs_mean": float(targets.advantages.abs().mean()),
         "reward_used_mean": float(targets.rewards.mean()),
         "learning_rate": updates[-1]["learning_rate"],
@@ -113,15 +117,10 @@ def reward_metrics(scores: Scores, group_size: int) -> dict[str, float]:
     return metrics
 
 
-def all_wrong_metrics(batch: ScoredBatch, learned: Learned) -> dict[str, float]:
-    """train.log_all_wrong_gradient's step metrics: the fraction of groups that are all-wrong
-    and carry a non-zero advantage (so a policy gradient), and the updates' mean all-wrong
-    gradient norm and share."""
-    group_size = batch.rollouts.group_size
-    all_wrong = group_types(batch.scores.correct, group_size)["all_wrong"]
-    active = (learned.targets.advantages.view(-1, group_size) != 0).any(dim=1)
+def all_wrong_metrics(learned: Learned) -> dict[str, float]:
+    """train.log_all_wrong_gradient's step metrics: the updates' mean all-wrong gradient norm
+    and share."""
     return {
-        "group_all_wrong_active": float((all_wrong & active).float().mean()),
         "all_wrong_grad_norm": _mean(learned.updates, "all_wrong_grad_norm"),
         "all_wrong_grad_share": _mean(learned.updates, "all_wrong_grad_share"),
     }

@@ -95,8 +95,10 @@ from groupwise.train.checkpoint import (
 )
 from groupwise.train.config import Config
 from groupwise.train.distributed import Distributed
+from groupwise.train.heldout import HeldoutEvaluation
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
 from groupwise.train.probes import AllWrongGradient, GradientProbe, PreferenceGradient
+from groupwise.train.progress import ProgressLine
 from groupwise.train.run_folder import RunFolder
 from groupwise.train.sampler import ProblemSampler
 from groupwise.train.step_metrics import micro_batch_metrics, step_metrics, step_samples
@@ -242,7 +244,8 @@ class Trainer:
         )
 
     def _logs(self, resume_step: int | None) -> None:
-        """metrics.jsonl (and rollouts.jsonl): rank 0 writes, the others hold silent logs."""
+        """metrics.jsonl (and rollouts.jsonl, heldout.jsonl): rank 0 writes, the others hold silent
+        logs."""
         cfg, main = self.config, self.dist.is_main
         self.log = (
             MetricsLog(self.run_dir, tensorboard=cfg.train.tensorboard, resume_step=resume_step)
@@ -253,6 +256,9 @@ class Trainer:
         if cfg.train.log_rollouts:
             path = self.run_dir / "rollouts.jsonl"
             self.rollout_log = JsonlLog(path, resume_step) if main else _SilentLog(path)
+        self.heldout = HeldoutEvaluation.from_config(
+            cfg, self.generator, self.tokenizer, self.rewards, self.dist, self.run_dir, resume_step
+        )
 
     def _load_policy(self, device: str) -> torch.nn.Module:
         """The policy to train (LoRA attached when configured), dropout off; its tokenizer goes
@@ -286,22 +292,22 @@ class Trainer:
         bar = tqdm(total=cfg.train.max_steps, initial=self.step,
                    disable=not (cfg.train.progress and self.dist.is_main),
                    desc="train", unit="step", dynamic_ncols=True)
+        progress = ProgressLine()
         with self._graceful_stop():
+            if self.heldout is not None and self.step == 0:
+                self.heldout.at(0)
             while self.step < cfg.train.max_steps and not self._stop_requested:
                 record, samples = self.train_step()
                 self.step += 1
+                if self.heldout is not None:
+                    record.update(self.heldout.at(self.step))
                 # A signal may reach one process only; all stop after the same step.
                 self._stop_requested = self.dist.any(self._stop_requested)
                 self.log.write(record)
                 if self.rollout_log is not None:
                     self.rollout_log.write(samples)
                 bar.update(1)
-                bar.set_postfix(
-                    reward=f"{record['reward_mean']:.3f}",
-                    acc=f"{record['accuracy']:.2f}",
-                    **({"lam": f"{record['lambda']:.4f}"} if "lambda" in record else {}),
-                    tok_s=f"{record['tokens_per_second']:.0f}",
-                )
+                bar.set_postfix(progress.postfix(record))
                 if self.step % cfg.train.save_every == 0 or self.step == cfg.train.max_steps:
                     self.save()
             if self._stop_requested and self.step < cfg.train.max_steps:

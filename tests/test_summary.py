@@ -1,0 +1,132 @@
+"""Run summaries (groupwise.train.summary) on hand-written run folders: the numbers, the method
+labels, the comparison table, the figure and the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from groupwise.train.summary import (
+    comparison_table,
+    main,
+    method_label,
+    plot_runs,
+    summarize,
+    summary_text,
+    trailing_mean,
+)
+
+
+def write_run(
+    folder: Path,
+    algorithm: dict,
+    rows: list[dict],
+    evaluations: list[tuple[int, list[int]]] = (),
+    n: int = 4,
+) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"algorithm": algorithm}))
+    base = {"reward_mean": 0.5, "seconds_step": 2.0}
+    with (folder / "metrics.jsonl").open("w") as f:
+        for step, row in enumerate(rows, start=1):
+            f.write(json.dumps({"step": step, **base, **row}) + "\n")
+    with (folder / "heldout.jsonl").open("w") as f:
+        for step, correct in evaluations:
+            f.write(json.dumps({"step": step, "n": n, "correct": correct}) + "\n")
+    return folder
+
+
+def groups(mixed: float, right: float, wrong: float, active: float) -> dict:
+    return {
+        "group_mixed": mixed,
+        "group_all_correct": right,
+        "group_all_wrong": wrong,
+        "group_all_wrong_active": active,
+        "pairs_per_group": 0.0,
+    }
+
+
+@pytest.fixture
+def lens(tmp_path: Path) -> Path:
+    rows = [groups(0.5, 0.0, 0.5, 0.5), {**groups(0.75, 0.0, 0.25, 0.25), "seconds_heldout": 3.0}]
+    return write_run(
+        tmp_path / "lens", {"advantage": "lens"}, rows, [(0, [0, 4, 2]), (2, [4, 4, 2])]
+    )
+
+
+@pytest.fixture
+def amir(tmp_path: Path) -> Path:
+    rows = [
+        {**groups(1.0, 0.0, 0.0, 0.0), "pairs_per_group": 8.0, "lambda": 0.008},
+        {**groups(0.5, 0.0, 0.5, 0.0), "pairs_per_group": 4.0, "lambda": 0.005},
+        {**groups(0.5, 0.5, 0.0, 0.0), "pairs_per_group": 3.0, "lambda": 0.005},
+    ]
+    return write_run(tmp_path / "amir", {"amir": True, "lambda_min": 0.005}, rows)
+
+
+def test_method_labels() -> None:
+    assert method_label({}) == "GRPO"
+    assert method_label({"amir": True}) == "AMIR-GRPO"
+    assert method_label({"advantage": "lens"}) == "LENS"
+    assert method_label({"advantage": "lens", "amir": True}) == "AMIR-GRPO + LENS"
+    assert method_label({"loss_level": "sequence"}) == "GSPO"
+
+
+def test_summary_of_a_lens_run(lens: Path) -> None:
+    s = summarize(lens)
+    assert (s.label, s.steps, s.seconds_training, s.seconds_heldout) == ("LENS", 2, 4.0, 3.0)
+    assert (s.heldout_problems, s.heldout_samples) == (3, 4)
+    assert s.heldout.before == pytest.approx(0.5) and s.heldout.after == pytest.approx(5 / 6)
+    assert (s.mixed, s.all_correct, s.all_wrong) == (0.625, 0.0, 0.375)
+    assert s.all_wrong_with_gradient == 1.0  # (0.5 + 0.25) of (0.5 + 0.25)
+    assert s.pairs_per_group is None and s.lambda_first is None
+    text = summary_text(s)
+    assert "held-out accuracy (3 problems x 4 samples): 50.0 % -> 83.3 %, +33.3 points" in text
+    assert "all-wrong groups that got a gradient: 100.0% of them (LENS's calibrated" in text
+    assert "AMIR" not in text
+
+
+def test_summary_of_an_amir_run_without_heldout(amir: Path) -> None:
+    s = summarize(amir)
+    assert s.label == "AMIR-GRPO" and s.heldout is None
+    assert s.pairs_per_group == pytest.approx(5.0)
+    assert (s.lambda_first, s.lambda_last, s.lambda_at_floor) == (
+        0.008,
+        0.005,
+        pytest.approx(2 / 3),
+    )
+    assert s.all_wrong_with_gradient == 0.0
+    text = summary_text(s)
+    assert "no held-out evaluation before and after training" in text
+    assert "5.0 preference pairs per group; lambda 0.0080 -> 0.0050, at its floor in 67%" in text
+    assert "(advantage 0)" in text
+
+
+def test_comparison_table_has_a_row_per_run(lens: Path, amir: Path) -> None:
+    table = comparison_table([summarize(lens), summarize(amir)]).splitlines()
+    assert len(table) == 4 and table[1].count("---") == table[0].count(" | ") + 1
+    assert table[2].startswith("| LENS | 50.0 % | 83.3 % | +33.3 [")
+    assert table[2].endswith("| 62% / 0% / 38% | 100.0% | – | – |")
+    assert table[3] == "| AMIR-GRPO | – | – | – | 67% / 17% / 17% | 0.0% | 5.0 | 0.0080 -> 0.0050 |"
+
+
+def test_trailing_mean() -> None:
+    import numpy as np
+
+    values = np.array([1.0, 3.0, 5.0, 7.0])
+    assert trailing_mean(values, 2).tolist() == [1.0, 2.0, 4.0, 6.0]
+    assert trailing_mean(values, 10).tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_figure_and_command(lens: Path, amir: Path, tmp_path: Path, capsys) -> None:
+    png = plot_runs([lens, amir], tmp_path / "fig" / "runs.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([str(lens), str(amir), "--each", "--png", str(tmp_path / "again.png")]) == 0
+    out = capsys.readouterr().out
+    assert f"{lens}: LENS: 2 steps" in out and "| AMIR-GRPO |" in out
+    assert (tmp_path / "again.png").is_file()
+    assert main([str(tmp_path / "nothing")]) == 2
+    assert "no such file; is" in capsys.readouterr().err
