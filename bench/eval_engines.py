@@ -94,7 +94,7 @@ def run_engine(engine: str, args: argparse.Namespace, folder: Path) -> dict[str,
             top_p=1.0,
             max_new_tokens=args.max_new_tokens,
             prompt="boxed",
-            grading="math_verify",
+            checking="math_verify",
             batch_size=args.n * args.problems,
             **extra,
         )

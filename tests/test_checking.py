@@ -1,4 +1,4 @@
-"""Answer checking (groupwise.rewards.checking): equivalence, hard timeouts, the worker pool."""
+"""Answer checking (groupwise.rewards.pool): equivalence, hard timeouts, the worker pool."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def test_unparsed_answers_are_compared_as_text_and_counted(
         False,
         "unparsed answer: compared as text",
     )
-    with caplog.at_level(logging.WARNING, logger="groupwise.rewards.checking"):
+    with caplog.at_level(logging.WARNING, logger="groupwise.rewards.pool"):
         verdicts = check_answers(
             ["\\boxed{0.\\overline{3}}", "\\boxed{Bob wins}", "\\boxed{0.\\overline{3}}"],
             ["1/3", "\\text{Bob wins}", "0.\\overline{3}"],
@@ -177,7 +177,7 @@ def test_pathological_answers_return_within_seconds() -> None:
 
 def test_timeouts_are_surfaced(caplog: pytest.LogCaptureFixture) -> None:
     with AnswerChecker(workers=1, timeout=1.0) as checker:
-        with caplog.at_level(logging.WARNING, logger="groupwise.rewards.checking"):
+        with caplog.at_level(logging.WARNING, logger="groupwise.rewards.pool"):
             verdicts = checker.check([POWER_TOWER, "#### 4"], ["5", "4"])
         assert checker.restarts == 1
     assert verdicts[0].status == "timeout"

@@ -17,6 +17,7 @@ from groupwise.cli import main as cli
 from groupwise.data import Problem
 from groupwise.evaluation import EvalConfig, ResumeMismatch, evaluate
 from groupwise.evaluation.command import add_arguments, answer_checker, config_from_args
+from groupwise.evaluation.folder import check_folder
 from groupwise.evaluation.sampling import problem_seed
 from groupwise.metrics import pass_at_k
 from groupwise.models import resolve_adapter
@@ -190,7 +191,7 @@ def test_config_validation_and_presets() -> None:
             paper.prompt) == (8, (1, 2, 4), 0.6, 1.0, 1024, "amir")
     assert paper.benchmarks[0] == "gsm8k" and len(paper.benchmarks) == 7
     assert "aqua@format=official" in paper.benchmarks  # as the paper's numbers were measured
-    assert paper.grading == "official"
+    assert paper.checking == "amir_eval"
     lens = config_from_args(parser.parse_args(
         ["--model", "m", "--output", "o", "--preset", "lens", "--temperature", "0.8",
          "--benchmarks", "math500,livemathbench:hard_en"]))
@@ -237,25 +238,53 @@ def test_lens_preset_is_the_lens_protocol() -> None:
     assert lens.benchmarks == ("math500",)
     assert (lens.n, lens.ks) == (16, (1, 2, 4, 8, 16))
     assert (lens.temperature, lens.top_p, lens.max_new_tokens) == (1.0, 1.0, 4096)
-    assert lens.prompt == "boxed" and lens.grading == "math_verify"
+    assert lens.prompt == "boxed" and lens.checking == "math_verify"
 
 
-def test_grading_selects_how_answers_are_checked() -> None:
-    """official: AMIR-GRPO's grader gives nothing without an <answer> block; lenient reads the
-    box anywhere; math_verify is Math-Verify on the whole completion."""
+def test_checking_selects_how_answers_are_checked() -> None:
+    """The checking modes of train's reward.checking: amir_eval (AMIR-GRPO's grader) gives
+    nothing without an <answer> block; groupwise reads the box anywhere; math_verify is
+    Math-Verify on the whole completion; amir_official reads the last box or number."""
     boxed = "So the total is \\boxed{42}."
     tagged = "<think>6 * 7</think> <answer> \\boxed{42} </answer>"
     verdicts = {}
-    for grading in ("official", "lenient", "math_verify"):
-        check = answer_checker(EvalConfig(model="m", grading=grading), workers=1)
-        verdicts[grading] = [v.correct for v in check([boxed, tagged], ["42", "42"])]
+    for mode in ("amir_eval", "groupwise", "math_verify", "amir_official"):
+        check = answer_checker(EvalConfig(model="m", checking=mode), workers=1)
+        verdicts[mode] = [v.correct for v in check([boxed, tagged], ["42", "42"])]
     assert verdicts == {
-        "official": [False, True],
-        "lenient": [True, True],
+        "amir_eval": [False, True],
+        "groupwise": [True, True],
         "math_verify": [True, True],
+        "amir_official": [True, True],
     }
-    with pytest.raises(ValueError, match="grading: must be one of official, lenient"):
-        EvalConfig(model="m", grading="strict")
+    with pytest.raises(ValueError, match="checking: must be one of groupwise, math_verify"):
+        EvalConfig(model="m", checking="strict")
+
+
+def test_former_grading_flag_and_folders_map_to_checking(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--grading official | lenient | math_verify was --checking's first name: it still works,
+    says the new name, and a folder that saved "grading" resumes under the same checking."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    former = {"official": "amir_eval", "lenient": "groupwise", "math_verify": "math_verify"}
+    for grading, mode in former.items():
+        args = parser.parse_args(["--model", "m", "--output", "o", "--grading", grading])
+        assert config_from_args(args).checking == mode
+        assert f"--grading {grading} is now --checking {mode}" in capsys.readouterr().err
+    both = parser.parse_args(["--model", "m", "--output", "o", "--grading", "official",
+                              "--checking", "groupwise"])
+    with pytest.raises(ValueError, match="--grading: is the former name of --checking"):
+        config_from_args(both)
+    config = EvalConfig(model="m", checking="groupwise")
+    saved = config.to_dict()
+    del saved["checking"]
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "grading": "lenient"}))
+    (tmp_path / "samples.jsonl").write_text(json.dumps({"problem": "p"}) + "\n")
+    check_folder(config, tmp_path)
+    with pytest.raises(ResumeMismatch, match="checking: saved 'groupwise', now 'amir_eval'"):
+        check_folder(dataclasses.replace(config, checking="amir_eval"), tmp_path)
 
 
 def test_eval_help(capsys: pytest.CaptureFixture[str]) -> None:

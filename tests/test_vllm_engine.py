@@ -51,7 +51,7 @@ from groupwise.scoring import ModelScorer, completion_logprobs, pad_token_rows
 
 # The agreement problems: arith (synthetic, no data files) at its easy level with the boxed
 # prompt, sampled at temperature 0.8 and top-p 0.95 (both knobs in play). SmolLM2-135M solves
-# about 5 % of them in 24 tokens (lenient grading reads the last number of a cut completion):
+# about 5 % of them in 24 tokens (groupwise checking reads the last number of a cut completion):
 # pass@1 alone could only tell engines apart that differ grossly, the mean log-prob of the
 # samples is the sharper of the two statistics.
 AGREEMENT = {
@@ -184,7 +184,7 @@ def _config(**overrides: Any) -> EvalConfig:
         "ks": (1, 2),
         "max_new_tokens": 16,
         "prompt": "boxed",
-        "grading": "lenient",
+        "checking": "groupwise",
         "batch_size": 4,
         **overrides,
     }
@@ -299,7 +299,7 @@ def test_pass_at_1_agrees_across_the_three_engines(
         "ks": (1,),
         "max_new_tokens": AGREEMENT["max_new_tokens"],
         "prompt": AGREEMENT["prompt"],
-        "grading": "lenient",
+        "checking": "groupwise",
         "temperature": AGREEMENT["temperature"],
         "top_p": AGREEMENT["top_p"],
         "batch_size": n * len(items),

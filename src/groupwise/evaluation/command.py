@@ -21,7 +21,7 @@ from groupwise.evaluation.config import (
     APIS,
     DEFAULT_BATCH_SIZES,
     ENGINES,
-    GRADINGS,
+    FORMER_GRADINGS,
     PRESETS,
     EvalConfig,
     InvalidSetting,
@@ -30,6 +30,7 @@ from groupwise.evaluation.engines import EngineOptions, open_sampler
 from groupwise.evaluation.folder import count_pending
 from groupwise.evaluation.results import results_markdown
 from groupwise.evaluation.sampling import CheckFn, evaluate
+from groupwise.rewards import MODES
 
 if TYPE_CHECKING:
     from groupwise.data import Problem
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 # EvalConfig field -> the flag that sets it
 FLAGS = {"model": "--model", "adapter": "--adapter", "benchmarks": "--benchmarks", "n": "--n",
          "ks": "--k", "temperature": "--temperature", "top_p": "--top-p",
-         "max_new_tokens": "--max-new-tokens", "prompt": "--prompt", "grading": "--grading",
+         "max_new_tokens": "--max-new-tokens", "prompt": "--prompt", "checking": "--checking",
          "limit": "--limit",
          "batch_size": "--batch-size", "dtype": "--dtype", "seed": "--seed",
          "data_dir": "--data-dir", "engine": "--engine", "api": "--api", "stop": "--stop",
@@ -90,10 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--top-p", type=float, default=None)
     p("--max-new-tokens", type=int, default=None)
     p("--prompt", default=None, choices=sorted(TEMPLATES), help="prompt template")
-    p("--grading", default=None, choices=list(GRADINGS),
-      help="how answers are checked: official (AMIR-GRPO's grader: no <answer> block, no "
-           "credit; amir preset), lenient (ours: boxes, '#### N', 'the answer is' anywhere), "
-           "math_verify (Math-Verify on the whole completion; lens preset)")
+    p("--checking", default=None, choices=list(MODES),
+      help="how answers are checked (as train's reward.checking): amir_eval (AMIR-GRPO's "
+           "evaluation grader: no <answer> block, no credit; amir preset), groupwise (ours: "
+           "boxes, '#### N', 'the answer is' anywhere), math_verify (Math-Verify on the whole "
+           "completion; lens preset), amir_official (AMIR-GRPO's training reward check)")
+    p("--grading", default=None, choices=list(FORMER_GRADINGS), help=argparse.SUPPRESS)
     p("--limit", type=int, default=None, help="first N problems of each benchmark")
     p("--data-dir", default=None, help="benchmark folder (default: $GROUPWISE_DATA)")
     p("--stop", action="append", default=None, metavar="STRING",
@@ -168,8 +171,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     except ValueError as err:
         raise FlagError("--base-url", str(err)) from None
     preset = PRESETS[args.preset]
-    chosen = {key: getattr(args, key) if getattr(args, key) is not None else preset[key]
-              for key in preset}
+    given = {**vars(args), "checking": _checking_flag(args)}
+    chosen = {key: given[key] if given[key] is not None else preset[key] for key in preset}
     for spec in chosen["benchmarks"]:
         try:
             BenchmarkSpec.parse(spec)
@@ -244,12 +247,23 @@ def load_problems(config: EvalConfig) -> dict[str, list[Problem]]:
     return out
 
 
+def _checking_flag(args: argparse.Namespace) -> str | None:
+    """--checking, or the checking mode named by its former flag --grading (with a note)."""
+    if args.grading is None:
+        return args.checking
+    if args.checking is not None:
+        raise FlagError("--grading", "is the former name of --checking: give one of them")
+    mode = FORMER_GRADINGS[args.grading]
+    print(f"groupwise eval: --grading {args.grading} is now --checking {mode}", file=sys.stderr)
+    return mode
+
+
 def answer_checker(config: EvalConfig, workers: int) -> CheckFn:
     """How the completions' answers are checked: groupwise.rewards.check_answers in `workers`
-    processes, in the checking mode of config.grading (GRADINGS)."""
+    processes, in the checking mode config.checking."""
     from groupwise.rewards import check_answers
 
-    mode = GRADINGS[config.grading]
+    mode = config.checking
 
     def check(texts: list[str], golds: list[str]) -> list[Verdict]:
         return check_answers(texts, golds, workers=workers, mode=mode)

@@ -3,13 +3,14 @@
 Presets (explicit flags override them):
 - `amir` (the default), REFERENCE.md "Evaluation of AMIR-GRPO": the paper's seven benchmarks,
   n = 8, k in {1, 2, 4}, temperature 0.6, top-p 1.0, 1024 new tokens, the AMIR prompt, the
-  official grader (GRADINGS).
+  official evaluation grader (checking "amir_eval").
   AQUA-RAT in the official code's format (`aqua@format=official`: the question without its
   options, gold = the option's text), since the paper's numbers were measured that way.
 - `lens`, REFERENCE.md 3: MATH-500 (the paper's curves; the results add pass@k per MATH level
   and for Levels 4-5, its hard subset), n = 16, k in {1, 2, 4, 8, 16}, temperature 1.0, top-p
   1.0, 4096 new tokens, a plain boxed-answer prompt (the paper does not print its prompt),
-  Math-Verify as the grader. The paper's table is on the full MATH test: `--benchmarks math:test`.
+  Math-Verify as the grader (checking "math_verify"). The paper's table is on the full MATH
+  test: `--benchmarks math:test`.
 
 Engines (`engine`; README "Evaluate a large model"): `transformers` (groupwise's own decode
 loop, groupwise.rollout.TransformersGenerator), `vllm` (vLLM in process,
@@ -35,20 +36,23 @@ PAPER_BENCHMARKS = ("gsm8k", "aime25", "olympiadbench", "amc23", "minerva",
 # Preset -> defaults; explicit command-line flags override them.
 PRESETS: dict[str, dict[str, Any]] = {
     "amir": {"benchmarks": PAPER_BENCHMARKS, "n": 8, "ks": (1, 2, 4), "temperature": 0.6,
-             "top_p": 1.0, "max_new_tokens": 1024, "prompt": "amir", "grading": "official"},
+             "top_p": 1.0, "max_new_tokens": 1024, "prompt": "amir", "checking": "amir_eval"},
     "lens": {"benchmarks": ("math500",), "n": 16, "ks": (1, 2, 4, 8, 16), "temperature": 1.0,
-             "top_p": 1.0, "max_new_tokens": 4096, "prompt": "boxed", "grading": "math_verify"},
+             "top_p": 1.0, "max_new_tokens": 4096, "prompt": "boxed", "checking": "math_verify"},
 }
-# Grading -> the answer-checking mode of groupwise.rewards.check_answers:
-# - official: the AMIR-GRPO official evaluation grader (`answer_tag_reward_fn_for_orz`): a
+# `checking` is one of groupwise.rewards.MODES, the names train's reward.checking takes:
+# - amir_eval: the AMIR-GRPO official evaluation grader (`answer_tag_reward_fn_for_orz`): a
 #   completion without <answer>...</answer> is wrong; the answer is read after the last
 #   <answer> tag. The amir preset uses it, because the paper's numbers were graded so.
-# - lenient: ours (reads boxes, `#### N`, "the answer is" anywhere; Math-Verify's extraction
+# - groupwise: ours (reads boxes, `#### N`, "the answer is" anywhere; Math-Verify's extraction
 #   where those find nothing); for models that do not follow the AMIR output format.
 # - math_verify: Math-Verify's own parse + verify on the whole completion, the LENS paper's
 #   verifier; the lens preset uses it.
-GRADINGS: dict[str, str] = {"official": "amir_eval", "lenient": "groupwise",
-                            "math_verify": "math_verify"}
+# - amir_official: the AMIR-GRPO official training reward's check (last box or number).
+# eval first named them `--grading official | lenient | math_verify`; folders written then
+# saved "grading", and are resumed under its checking name (evaluation.folder).
+FORMER_GRADINGS: dict[str, str] = {"official": "amir_eval", "lenient": "groupwise",
+                                   "math_verify": "math_verify"}
 # The dtype names groupwise.models.load_model accepts (its DTYPES).
 DTYPE_NAMES = ("float32", "bfloat16", "float16", "auto")
 # How samples are seeded (groupwise.evaluation.sampling.problem_seed); saved in config.json so a
@@ -104,7 +108,8 @@ class EvalConfig:
     n: samples per problem; ks: the k of pass@k, each in 1..n.
     temperature (0 = greedy), top_p in (0, 1], max_new_tokens: how completions are sampled.
     prompt: template name (groupwise.data.prompts.TEMPLATES).
-    grading: how answers are checked, a key of GRADINGS (official | lenient | math_verify).
+    checking: how answers are checked, a checking mode of groupwise.rewards (MODES: groupwise,
+        math_verify, amir_official, amir_eval), as train's reward.checking.
     limit: the first `limit` problems of each benchmark (None: all).
     batch_size: completions decoded together; one generate call (and one flush of
         samples.jsonl) covers max(1, batch_size // n) problems. Samples do not depend on it.
@@ -128,7 +133,7 @@ class EvalConfig:
     top_p: float = 1.0
     max_new_tokens: int = 1024
     prompt: str = "amir"
-    grading: str = "official"
+    checking: str = "amir_eval"
     limit: int | None = None
     batch_size: int = 64
     dtype: str = "float32"
@@ -142,7 +147,7 @@ class EvalConfig:
 
     # Settings that change what samples.jsonl holds: a resumed run must keep them.
     SAMPLE_KEYS = ("model", "adapter", "n", "temperature", "top_p", "max_new_tokens", "prompt",
-                   "grading", "dtype", "seed", "seeding", "engine", "api", "stop", "tokenizer")
+                   "checking", "dtype", "seed", "seeding", "engine", "api", "stop", "tokenizer")
 
     def __post_init__(self) -> None:
         for name, (valid, rule) in self._rules().items():
@@ -154,6 +159,7 @@ class EvalConfig:
 
     def _rules(self) -> dict[str, tuple[Callable[[Any], bool], str]]:
         from groupwise.data.prompts import TEMPLATES
+        from groupwise.rewards import MODES
 
         n_ok = _is_int(self.n, 1)
         openai = self.engine == "openai"
@@ -170,7 +176,7 @@ class EvalConfig:
             "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "in (0, 1]"),
             "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
             "prompt": (lambda v: v in TEMPLATES, f"one of {', '.join(sorted(TEMPLATES))}"),
-            "grading": (lambda v: v in GRADINGS, f"one of {', '.join(GRADINGS)}"),
+            "checking": (lambda v: v in MODES, f"one of {', '.join(MODES)}"),
             "limit": (lambda v: v is None or _is_int(v, 1), "an integer >= 1"),
             "batch_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
             "dtype": (lambda v: v in DTYPE_NAMES, f"one of {', '.join(DTYPE_NAMES)}"),

@@ -17,7 +17,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from groupwise.evaluation.config import ADDED_SETTINGS, MEAN_LOGP_NOTES, EvalConfig
+from groupwise.evaluation.config import (
+    ADDED_SETTINGS,
+    FORMER_GRADINGS,
+    MEAN_LOGP_NOTES,
+    EvalConfig,
+)
 from groupwise.records import (
     CONFIG_FILE,
     PROBLEMS_FILE,
@@ -69,6 +74,8 @@ def check_folder(config: EvalConfig, output_dir: Path) -> None:
     mine = config.to_dict()
     # a setting added since the folder was written: the folder was made with its old value
     saved = {**ADDED_SETTINGS, **saved}
+    if "grading" in saved and "checking" not in saved:  # the setting's former name and values
+        saved["checking"] = FORMER_GRADINGS.get(saved["grading"], saved["grading"])
     diffs = [f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}" for k in config.SAMPLE_KEYS
              if saved.get(k) != mine[k]]
     if diffs:

@@ -11,11 +11,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from groupwise.rewards.checking import (
-    STATUSES,
-    AnswerChecker,
-    check_answers,
-    is_correct,
-    summarize,
+    DEFAULT_MODE,
+    MODES,
+    CheckingMode,
+    Verdict,
+    answers_equivalent,
+    checking_mode,
+    judge,
 )
 from groupwise.rewards.components import (
     COMPONENTS,
@@ -27,14 +29,12 @@ from groupwise.rewards.components import (
     register_component,
 )
 from groupwise.rewards.extract import extract_answer, extract_choice
-from groupwise.rewards.judging import (
-    DEFAULT_MODE,
-    MODES,
-    CheckingMode,
-    Verdict,
-    answers_equivalent,
-    checking_mode,
-    judge,
+from groupwise.rewards.pool import (
+    STATUSES,
+    AnswerChecker,
+    check_answers,
+    is_correct,
+    summarize,
 )
 
 if TYPE_CHECKING:

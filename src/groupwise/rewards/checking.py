@@ -1,410 +1,430 @@
-"""Answer checking under hard timeouts: judgements (`groupwise.rewards.judging`) run in a pool
-of worker processes (REFERENCE.md 2 and 3).
+"""Answer checking: the verdict on one completion for its gold answer, under a checking mode
+(REFERENCE.md 2 and 3).
 
-math-verify's own timeouts use `signal.alarm`, which fails off the main thread and is caught
-inside math-verify as a silent False; they are disabled (`parsing_timeout=None`,
-`timeout_seconds=None`). Instead every judgement runs in a worker process of an
-`AnswerChecker`: a persistent pool of fresh interpreters (started with `subprocess`, so no fork
-of a threaded parent and no re-import of the caller's `__main__`), one task at a time per
-worker with a per-task deadline; a worker that overruns is killed and replaced and its item
-gets a "timeout" verdict. This works from any thread and inside other worker processes.
+Checking modes (`MODES`, `judge(completion, gold, mode)`); each is documented with its source
+at its declaration below:
 
-Every call names a checking mode (`judging.MODES`: "groupwise", the default, "math_verify",
-"amir_official", "amir_eval"); each task carries its mode, so one pool serves them all.
+- "groupwise" (ours, the default): our reading of the answer (answer block, boxes, `#### N`,
+  "the answer is", multiple choice), math-verify's LaTeX and expression extraction where our
+  rules find nothing, then our equivalence (fast paths, then math-verify).
+- "math_verify" (LENS paper: "Math-Verify as verifier"): math-verify's own default `parse` of
+  the whole completion and `verify`, nothing else.
+- "amir_official" (AMIR-GRPO official code, training reward): the last brace-free `\\boxed{}`
+  or the last number, compared numerically within 1e-3.
+- "amir_eval" (AMIR-GRPO official code, evaluation grader): no `<answer>...</answer>` block
+  means wrong; the last box after the last `<answer>`, else all of it; our equivalence.
+
+The groupwise equivalence of an extracted answer and a gold (`answers_equivalent`), cheapest
+test first:
+
+1. identical after removing spacing (`\\left`, `\\,`, blanks) and `$`: correct;
+2. both plain decimal numbers: equal values are correct (0072 = 72.0; "1,22" is 1.22 when the
+   other side is one number); unequal integers are wrong; other unequal decimals go on to
+   math-verify for its rounding to 6 places;
+3. math-verify (`parse` of each side wrapped in `\\boxed{}`, a gold that carries its own
+   delimiters as it is; `verify(gold, answer)`): fractions vs decimals, radicals, intervals,
+   tuples, sets in any order, relations, matrices, units and `\\text{}`, degrees, percents,
+   `x = 3` forms, symbolic equivalence;
+4. when math-verify reads no expression on a side (`0.\\overline{3}`, plain words): a
+   case-insensitive text comparison, and the verdict's detail starts with "unparsed" so that
+   it is counted (see `pool.summarize`) and logged.
+
+A gold that is a single option letter A-E (AQUA-RAT) is compared with `extract_choice`.
+
+These functions have no time limit (math-verify's own `signal.alarm` timeouts are disabled:
+they fail off the main thread); `groupwise.rewards.pool` runs them in worker processes
+under hard timeouts.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import logging
-import os
-import subprocess
-import sys
-import threading
-import time
-from collections import Counter, deque
-from collections.abc import Sequence
-from multiprocessing.connection import Connection, wait
-from pathlib import Path
-from typing import Any
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any, Literal
 
-from tqdm import tqdm
-
-from groupwise.rewards.judging import (
-    DEFAULT_MODE,
-    UNPARSED,
-    CheckingMode,
-    Verdict,
-    answers_equivalent,
-    checking_mode,
-    judge,
+from groupwise.rewards.extract import (
+    Reading,
+    choice_letter,
+    clean_answer,
+    extract_answer,
+    extract_choice,
+    gold_choice,
+    read_answer,
+    unwrap_text,
+)
+from groupwise.rewards.official import (
+    official_correct,
+    official_eval_answer,
+    official_numeric_answer,
 )
 
 __all__ = [
     "DEFAULT_MODE",
-    "STATUSES",
-    "AnswerChecker",
+    "MODES",
+    "UNPARSED",
+    "CheckingMode",
+    "Mode",
     "Verdict",
     "answers_equivalent",
-    "check_answers",
-    "is_correct",
+    "checking_mode",
     "judge",
-    "summarize",
 ]
 
-logger = logging.getLogger(__name__)
-
-STATUSES: tuple[str, ...] = ("correct", "wrong", "no_answer", "timeout", "error")
-
-DEFAULT_TIMEOUT = 5.0
-_STARTUP_TIMEOUT = 120.0
+Status = Literal["correct", "wrong", "no_answer", "timeout", "error"]
+UNPARSED = "unparsed"
+"""Prefix of the detail of a verdict reached without math-verify understanding a side."""
 
 
-# ---------------------------------------------------------------------------------------------
-# The worker side
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of checking one completion against its gold answer.
 
-
-def _exit_when_orphaned(parent: int) -> None:
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent:
-            os._exit(0)
-
-
-def serve(task_fd: int, result_fd: int, memory_limit_mb: int | None = None) -> None:
-    """Worker main loop: receive (index, completion, gold, mode), send back (index, Verdict).
-
-    Started by `AnswerChecker` in a fresh interpreter; exits when the task pipe closes or the
-    parent disappears. Python's limit on int/str conversion is lifted (a 5,000-digit answer is
-    a number, not an error): the parent's deadline bounds the cost instead.
-    """
-    tasks = Connection(task_fd, writable=False)
-    results = Connection(result_fd, readable=False)
-    if memory_limit_mb:
-        import resource
-
-        limit = memory_limit_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    if hasattr(sys, "set_int_max_str_digits"):
-        sys.set_int_max_str_digits(0)
-    # Timeouts are the parent's job; math-verify warns once per process that its own are off.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    import math_verify  # noqa: F401  (import before "ready" so deadlines do not pay for it)
-
-    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
-    results.send(("ready", os.getpid()))
-    while True:
-        try:
-            index, completion, gold, mode = tasks.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            verdict = judge(completion, gold, mode)
-        except Exception as error:  # RecursionError and MemoryError included
-            verdict = Verdict("error", None, f"{type(error).__name__}: {error}"[:300])
-        results.send((index, verdict))
-
-
-# ---------------------------------------------------------------------------------------------
-# The parent side
-
-
-class _Worker:
-    """One worker process and its two pipes; `index`/`deadline` describe its current task."""
-
-    def __init__(self, memory_limit_mb: int | None) -> None:
-        task_read, task_write = os.pipe()
-        result_read, result_write = os.pipe()
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [package_root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-        )
-        code = (
-            "from groupwise.rewards.checking import serve; "
-            f"serve({task_read}, {result_write}, {memory_limit_mb!r})"
-        )
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", code],
-                pass_fds=(task_read, result_write),
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        finally:
-            os.close(task_read)
-            os.close(result_write)
-        self.tasks = Connection(task_write, readable=False)
-        self.results = Connection(result_read, writable=False)
-        self.started = time.monotonic()
-        self.ready = False
-        self.index: int | None = None
-        self.deadline = 0.0
-
-    def kill(self) -> None:
-        for connection in (self.tasks, self.results):
-            connection.close()
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-
-class AnswerChecker:
-    """A reusable pool of answer-checking worker processes with hard per-answer timeouts.
-
-    workers: processes (each holds one task at a time). timeout: default seconds per answer.
-    memory_limit_mb: address-space cap of each worker (a runaway sympy computation fails with
-    MemoryError, reported as an "error" verdict, instead of eating the machine); None: no cap.
-    Use as a context manager or call `close()`; processes start on the first `check`.
-    Thread-safe: concurrent `check` calls run one after the other.
+    status: "correct" | "wrong" | "no_answer" (nothing extractable) | "timeout" (the check
+    overran its deadline) | "error" (the check raised or its worker died).
+    extracted: the answer read from the completion (a letter for multiple choice), or None.
+    detail: how the verdict was reached ("identical", "numeric", "math-verify", "choice",
+    "unparsed answer: compared as text", ...) or what went wrong.
     """
 
-    def __init__(
-        self,
-        workers: int = 2,
-        timeout: float = DEFAULT_TIMEOUT,
-        memory_limit_mb: int | None = 4096,
-    ) -> None:
-        if workers < 1:
-            raise ValueError(f"AnswerChecker: workers must be >= 1, got {workers}")
-        if timeout <= 0:
-            raise ValueError(f"AnswerChecker: timeout must be > 0 seconds, got {timeout}")
-        self.workers = workers
-        self.timeout = timeout
-        self.memory_limit_mb = memory_limit_mb
-        self.restarts = 0
-        """Workers replaced so far (after a timeout or a crash)."""
-        self._pool: list[_Worker] = []
-        self._lock = threading.Lock()
-        self._owner = os.getpid()
+    status: Status
+    extracted: str | None
+    detail: str = ""
 
-    def __enter__(self) -> AnswerChecker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the worker processes; a later `check` starts new ones."""
-        with self._lock:
-            self._stop_all()
-
-    def _stop_all(self) -> None:
-        if os.getpid() == self._owner:
-            for worker in self._pool:
-                worker.kill()
-        self._pool = []
-
-    def _replace(self, worker: _Worker) -> None:
-        worker.kill()
-        self._pool[self._pool.index(worker)] = _Worker(self.memory_limit_mb)
-        self.restarts += 1
-
-    def check(
-        self,
-        completions: Sequence[str],
-        golds: Sequence[str],
-        timeout: float | None = None,
-        progress: bool = False,
-        mode: str = DEFAULT_MODE,
-    ) -> list[Verdict]:
-        """One Verdict per (completion, gold) pair, in order; never raises for an answer.
-
-        timeout: seconds each answer may take (default: the checker's); an overrun gives a
-        "timeout" verdict. progress: show a tqdm bar with the running counts. mode: the
-        checking mode (`judging.MODES`; an unknown name raises naming the valid ones). Logs a
-        warning when some answers timed out, errored or could not be parsed.
-        """
-        if len(completions) != len(golds):
-            raise ValueError(f"check: {len(completions)} completions but {len(golds)} gold answers")
-        limit = self.timeout if timeout is None else timeout
-        if limit <= 0:
-            raise ValueError(f"check: timeout must be > 0 seconds, got {limit}")
-        checking = checking_mode(mode)
-        with self._lock:
-            try:
-                verdicts = self._run(list(completions), list(golds), limit, progress, checking)
-            except BaseException:
-                # An interrupted batch leaves tasks in flight: start clean next time.
-                self._stop_all()
-                raise
-        _warn_if_unusual(verdicts, limit)
-        return verdicts
-
-    def _run(
-        self,
-        completions: list[str],
-        golds: list[str],
-        limit: float,
-        progress: bool,
-        mode: CheckingMode,
-    ) -> list[Verdict]:
-        if os.getpid() != self._owner:
-            self._pool, self._owner = [], os.getpid()
-        while len(self._pool) < self.workers:
-            self._pool.append(_Worker(self.memory_limit_mb))
-        verdicts: list[Verdict | None] = [None] * len(completions)
-        queue = deque(range(len(completions)))
-        counts: Counter[str] = Counter()
-        bar = tqdm(total=len(completions), desc="checking answers", disable=not progress)
-
-        def finish(index: int, verdict: Verdict) -> None:
-            verdicts[index] = verdict
-            counts[verdict.status] += 1
-            bar.update(1)
-            if progress:
-                bar.set_postfix(counts, refresh=False)
-
-        while queue or any(worker.index is not None for worker in self._pool):
-            now = time.monotonic()
-            for worker in self._pool:
-                if worker.ready and worker.index is None and queue:
-                    index = queue.popleft()
-                    worker.index, worker.deadline = index, now + limit
-                    # A dead worker shows up as EOF on its result pipe below.
-                    with contextlib.suppress(OSError):
-                        worker.tasks.send((index, completions[index], golds[index], mode.name))
-            deadlines = [w.deadline for w in self._pool if w.index is not None]
-            deadlines += [w.started + _STARTUP_TIMEOUT for w in self._pool if not w.ready]
-            wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            ready = wait([w.results for w in self._pool], timeout=wait_for)
-            for worker in [w for w in self._pool if w.results in ready]:
-                try:
-                    message = worker.results.recv()
-                except (EOFError, OSError):
-                    self._worker_died(worker, finish, completions, golds, mode)
-                    continue
-                if message[0] == "ready":
-                    worker.ready = True
-                else:
-                    index, verdict = message
-                    worker.index = None
-                    finish(index, verdict)
-            now = time.monotonic()
-            for worker in list(self._pool):
-                if worker.index is not None and now >= worker.deadline:
-                    index = worker.index
-                    self._replace(worker)
-                    finish(
-                        index,
-                        Verdict(
-                            "timeout",
-                            mode.extract(completions[index], golds[index]),
-                            f"no verdict within {limit:g} s; worker restarted",
-                        ),
-                    )
-                elif not worker.ready and now >= worker.started + _STARTUP_TIMEOUT:
-                    raise RuntimeError(
-                        f"answer-checking worker (pid {worker.process.pid}) did not start "
-                        f"within {_STARTUP_TIMEOUT:g} s"
-                    )
-        bar.close()
-        return [v for v in verdicts if v is not None]
-
-    def _worker_died(
-        self,
-        worker: _Worker,
-        finish: Any,
-        completions: list[str],
-        golds: list[str],
-        mode: CheckingMode,
-    ) -> None:
-        code = worker.process.poll()
-        if not worker.ready:
-            worker.kill()
-            raise RuntimeError(
-                f"answer-checking worker exited with code {code} before it was ready; "
-                f"its traceback is on stderr (is groupwise importable by {sys.executable}?)"
-            )
-        index = worker.index
-        self._replace(worker)
-        if index is not None:
-            finish(
-                index,
-                Verdict(
-                    "error",
-                    mode.extract(completions[index], golds[index]),
-                    f"worker died (exit code {code}); worker restarted",
-                ),
-            )
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
 
 
-def summarize(verdicts: Sequence[Verdict]) -> dict[str, int]:
-    """Counts per status (every status present, zeros included) plus "unparsed": verdicts
-    reached without math-verify understanding one side (see `Verdict.detail`)."""
-    counts = dict.fromkeys(STATUSES, 0)
-    for verdict in verdicts:
-        counts[verdict.status] += 1
-    counts[UNPARSED] = sum(verdict.detail.startswith(UNPARSED) for verdict in verdicts)
-    return counts
-
-
-def _warn_if_unusual(verdicts: Sequence[Verdict], limit: float) -> None:
-    counts = summarize(verdicts)
-    if counts["timeout"] or counts["error"] or counts[UNPARSED]:
-        logger.warning(
-            "answer checking: of %d answers %d timed out (> %g s), %d errored, %d were "
-            "compared as text because math-verify could not parse them",
-            len(verdicts),
-            counts["timeout"],
-            limit,
-            counts["error"],
-            counts[UNPARSED],
-        )
+def _decided(correct: bool, extracted: str | None, detail: str) -> Verdict:
+    return Verdict("correct" if correct else "wrong", extracted, detail)
 
 
 # ---------------------------------------------------------------------------------------------
-# Module-level functions over a shared, lazily started checker
+# Equivalence (groupwise)
 
-_default: AnswerChecker | None = None
-_default_lock = threading.Lock()
-
-
-def _default_checker(workers: int | None) -> AnswerChecker:
-    global _default
-    with _default_lock:
-        if _default is not None and workers is not None and _default.workers != workers:
-            _default.close()
-            _default = None
-        if _default is None:
-            _default = AnswerChecker(workers=workers or 2)
-        return _default
+_SPACING = re.compile(r"\\left|\\right|\\[,;:! ]|\s+")
+_DECIMAL = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
+_DECIMAL_COMMA = re.compile(r"^[-+]?\d+,\d+$")
+_INTEGER = re.compile(r"^[-+]?\d+$")
+_SCIENTIFIC = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
+_UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:,\\!|,\\,|\{,\}|\\,)(?=\d{3}(?!\d))")
+_DANGLING_POINT = re.compile(r"(?<=\d)\.(?=/)")
+# A gold that still holds math delimiters or a box once its outer ones are stripped ("$21,16$
+# or $11$", "\\boxed{2}, \\boxed{3}") is read by math-verify's extraction as it is.
+_OWN_DELIMITERS = re.compile(r"(?<!\\)\$|\\[(\[]|\\boxed")
 
 
-def _close_default() -> None:
-    if _default is not None:
-        _default.close()
+def _normalize(answer: str) -> str:
+    """One side of a comparison made ready for math-verify: no `$` math delimiters, no `\\$`
+    currency, a Unicode minus as "-", no LaTeX thousands separators (`5,\\!525`, `1\\,000`,
+    `10{,}000`: math-verify reads `1\\,000` as 1*0), no dangling decimal point ("-1./3"), and
+    "4.5e33" written as `4.5\\times 10^{33}`."""
+    text = _UNESCAPED_DOLLAR.sub("", answer.replace("\\$", "")).replace("\u2212", "-").strip()
+    text = _DANGLING_POINT.sub("", _LATEX_THOUSANDS.sub("", text))
+    scientific = _SCIENTIFIC.match(text)
+    if scientific:
+        text = f"{scientific.group(1)}\\times 10^{{{scientific.group(2)}}}"
+    return text
 
 
-atexit.register(_close_default)
+def _squash(text: str) -> str:
+    return _SPACING.sub("", text)
 
 
-def check_answers(
-    completions: Sequence[str],
-    golds: Sequence[str],
-    workers: int | None = 2,
-    timeout: float = DEFAULT_TIMEOUT,
-    progress: bool = False,
-    *,
-    mode: str = DEFAULT_MODE,
-) -> list[Verdict]:
-    """Verdicts for a batch under checking mode `mode` ("groupwise", "math_verify",
-    "amir_official", "amir_eval": `judging.MODES`), checked in the shared pool of `workers`
-    processes (created on first use, resized when `workers` changes, stopped at exit; None:
-    keep the current size). See `AnswerChecker.check`."""
-    return _default_checker(workers).check(
-        completions, golds, timeout=timeout, progress=progress, mode=mode
+def _as_text(text: str) -> str:
+    return _squash(unwrap_text(text)).lower()
+
+
+def _latex_config() -> list[Any]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    return [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> tuple[Any, ...]:
+    """math-verify's reading of an extracted answer (wrapped in `\\boxed{}`); () when it finds
+    nothing. Cached: the same gold is checked once per completion of its group."""
+    from math_verify import parse
+
+    boxed = f"\\boxed{{{text}}}"
+    return tuple(parse(boxed, extraction_config=_latex_config(), parsing_timeout=None))
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(gold: str) -> tuple[Any, ...]:
+    """math-verify's reading of a gold answer: as `_parse` after tidying, or, for a gold that
+    carries its own delimiters inside ("$21,16$ or $11$"), math-verify's extraction of it."""
+    cleaned = clean_answer(gold) or ""
+    if _OWN_DELIMITERS.search(cleaned):
+        from math_verify import parse
+
+        return tuple(parse(gold, extraction_config=_latex_config(), parsing_timeout=None))
+    return _parse(_normalize(cleaned))
+
+
+def _has_expression(parsed: tuple[Any, ...]) -> bool:
+    """Whether math-verify read a sympy object (it returns only the raw string when it cannot,
+    e.g. for `0.\\overline{3}`)."""
+    return any(not isinstance(item, str) for item in parsed)
+
+
+def _verify(gold_parsed: tuple[Any, ...], answer_parsed: tuple[Any, ...]) -> bool:
+    from math_verify import verify
+
+    return bool(verify(list(gold_parsed), list(answer_parsed), timeout_seconds=None))
+
+
+def _plain_numbers(answer: str, gold: str) -> tuple[Decimal, Decimal] | None:
+    """Both sides (normalized) as numbers when both are plain decimals (spacing ignored),
+    reading "1,22" with a decimal comma when the other side is a plain number ("1, 22" is a
+    list; thousands were removed by `clean_answer`)."""
+    numbers = []
+    for text, other in ((answer, gold), (gold, answer)):
+        if _DECIMAL.match(_squash(text)):
+            numbers.append(_squash(text))
+        elif _DECIMAL_COMMA.match(text) and _DECIMAL.match(_squash(other)):
+            numbers.append(text.replace(",", "."))
+        else:
+            return None
+    try:
+        return Decimal(numbers[0]), Decimal(numbers[1])
+    except InvalidOperation:
+        return None
+
+
+def answers_equivalent(answer: str, gold: str) -> tuple[bool, str]:
+    """(equivalent, how) for an extracted answer and a gold answer (both strings).
+
+    No timeout of its own: call it through `check_answers` / `is_correct` unless the inputs
+    are trusted. See the module docstring for the order of the tests.
+    """
+    # Both sides tidied alike: a gold can end in a period too ("\\frac{7}{5} + \\frac{1}{5} i.").
+    answer, tidy_gold = _normalize(clean_answer(answer) or ""), _normalize(clean_answer(gold) or "")
+    if _squash(answer) == _squash(tidy_gold):
+        return True, "identical"
+    numbers = _plain_numbers(answer, tidy_gold)
+    if numbers is not None:
+        if numbers[0] == numbers[1]:
+            return True, "numeric"
+        if _INTEGER.match(_squash(answer)) and _INTEGER.match(_squash(tidy_gold)):
+            return False, "numeric"
+    gold_parsed, answer_parsed = _parse_gold(gold), _parse(answer)
+    if _has_expression(gold_parsed) and _has_expression(answer_parsed):
+        return _verify(gold_parsed, answer_parsed), "math-verify"
+    side = "answer" if not _has_expression(answer_parsed) else "gold"
+    return _as_text(answer) == _as_text(tidy_gold), f"{UNPARSED} {side}: compared as text"
+
+
+# ---------------------------------------------------------------------------------------------
+# The checking modes
+
+
+def _choice_verdict(completion: str, letter: str) -> Verdict:
+    chosen = extract_choice(completion)
+    if chosen is None:
+        return Verdict("no_answer", None, "no option letter found")
+    return _decided(chosen == letter, chosen, "choice")
+
+
+def _math_verify_extraction(region: str) -> tuple[str, tuple[Any, ...]] | None:
+    """(matched text, parse) of math-verify's LaTeX and expression extraction on `region`
+    (its last LaTeX span or expression by its priorities); None when it matches nothing."""
+    from math_verify import parse
+
+    parsed = tuple(parse(region, extraction_config=_latex_config(), parsing_timeout=None))
+    if not parsed:
+        return None
+    texts = [item for item in parsed if isinstance(item, str)]
+    return (texts[0] if texts else str(parsed[0])), parsed
+
+
+def judge_groupwise(completion: str, gold: str) -> Verdict:
+    """Mode "groupwise" (ours; REFERENCE.md 2, "correctness"): see the module docstring.
+
+    The answer is `read_answer`'s (rules of `groupwise.rewards.extract`); when those find none,
+    math-verify's extraction on the answer region, compared with `verify`; when that finds no
+    expression, the rules' fallback (a prose value, or the last number of a region without
+    LaTeX), else the text math-verify matched.
+    """
+    letter = gold_choice(gold)
+    if letter is not None:
+        return _choice_verdict(completion, letter)
+    reading: Reading = read_answer(completion)
+    answer = reading.answer
+    if answer is None and reading.region is not None:
+        found = _math_verify_extraction(reading.region)
+        if found is not None and _has_expression(found[1]):
+            text, parsed = found
+            # A number equal to the gold as a plain number ("1.22" for "1,22") needs no sympy.
+            numbers = _plain_numbers(text, _normalize(clean_answer(gold) or ""))
+            if numbers is not None and numbers[0] == numbers[1]:
+                return _decided(True, text, "numeric")
+            gold_parsed = _parse_gold(gold)
+            if _has_expression(gold_parsed):
+                return _decided(_verify(gold_parsed, parsed), text, "math-verify extraction")
+        answer = reading.fallback or (found[0] if found is not None else None)
+    if answer is None:
+        return Verdict("no_answer", None, "no answer found")
+    equivalent, how = answers_equivalent(answer, gold)
+    return _decided(equivalent, answer, how)
+
+
+@lru_cache(maxsize=4096)
+def _math_verify_gold(gold: str) -> tuple[Any, ...]:
+    """math-verify's default parse of a gold (see `judge_math_verify`); cached per gold."""
+    from math_verify import parse
+
+    text = gold if _OWN_DELIMITERS.search(gold) else f"\\boxed{{{gold}}}"
+    return tuple(parse(text, parsing_timeout=None))
+
+
+def judge_math_verify(completion: str, gold: str) -> Verdict:
+    """Mode "math_verify" (LENS paper, section 6: "Math-Verify as verifier for training and
+    evaluation"; REFERENCE.md 3): `verify(parse(gold), parse(completion))` with math-verify's
+    defaults (LaTeX then expression extraction, boxes at priority 50, first-match fallback,
+    float rounding 6, strict), on the whole completion: no reasoning removed, no answer block
+    read, no multiple-choice rule.
+
+    The gold is parsed as given when it has its own delimiters (`$`, `\\(`, `\\[`, a box);
+    a bare gold (a data set's answer field: "18", "\\sqrt{2}") is wrapped in `\\boxed{}` first,
+    as verl's math-verify reward does (bare, `\\sqrt{2}` would be read as the number 2).
+    math-verify's own timeouts are off (they fail off the main thread); the worker pool's hard
+    timeout replaces them and is reported as a "timeout" verdict where math-verify would
+    silently say wrong.
+    """
+    from math_verify import parse
+
+    answer = tuple(parse(completion, parsing_timeout=None))
+    if not answer:
+        return Verdict("no_answer", None, "math-verify found no answer")
+    texts = [item for item in answer if isinstance(item, str)]
+    extracted = texts[0] if texts else str(answer[0])
+    return _decided(_verify(_math_verify_gold(gold), answer), extracted, "math-verify")
+
+
+def judge_amir_official(completion: str, gold: str) -> Verdict:
+    """Mode "amir_official" (AMIR-GRPO official code, `Train/rewards.py`
+    `correctness_reward_func`; REFERENCE.md 2, "correctness"): the first number of the last
+    brace-free `\\boxed{}` anywhere in the completion (reasoning included), else the last
+    number anywhere (often the `<confidence>` value), compared with the gold within 1e-3
+    (`groupwise.rewards.official.official_correct`). No math-verify: an answer like
+    `\\boxed{\\frac{1}{2}}` is read as its last number.
+    """
+    correct, value = official_correct(completion, gold)
+    if value is None:
+        return Verdict("no_answer", None, "no number found (official reading)")
+    return _decided(correct, repr(value), "official: numeric within 1e-3")
+
+
+def judge_amir_eval(completion: str, gold: str) -> Verdict:
+    """Mode "amir_eval" (AMIR-GRPO official code, `Data/math_grader.py`
+    `answer_tag_reward_fn_for_orz`, the evaluation grader; REFERENCE.md 2, "Evaluation"): a
+    completion without both `<answer>` and `</answer>` has no answer (wrong); the answer is
+    the last box after the last `<answer>`, else all the text after it
+    (`official.official_eval_answer`).
+
+    The comparison is ours (`answers_equivalent`; an option-letter gold by `choice_letter`):
+    the official grader ORs three graders (Hendrycks' MATH normalisation, the PRM800K sympy
+    grader and math-verify) that are not reproduced here.
+    """
+    has_block, answer = official_eval_answer(completion)
+    if not has_block:
+        return Verdict("no_answer", None, "no <answer>...</answer> block (official grader)")
+    cleaned = clean_answer(answer) if answer is not None else None
+    if cleaned is None:
+        return Verdict("no_answer", None, "no readable answer after <answer> (official grader)")
+    letter = gold_choice(gold)
+    if letter is not None:
+        chosen = choice_letter(cleaned)
+        return _decided(chosen == letter, chosen or cleaned, "choice")
+    equivalent, how = answers_equivalent(cleaned, gold)
+    return _decided(equivalent, cleaned, how)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry
+
+
+@dataclass(frozen=True)
+class CheckingMode:
+    """A way of judging answers. judge: (completion, gold) -> Verdict, run in a worker.
+    extract: (completion, gold) -> the answer `judge` would report, cheap enough for the parent
+    process (no sympy), for verdicts a worker never sent (timeouts, crashes); None if unknown.
+    source: where the semantics come from (paper / official code / ours, REFERENCE.md)."""
+
+    name: str
+    judge: Callable[[str, str], Verdict]
+    extract: Callable[[str, str], str | None]
+    source: str
+
+
+def _extract_groupwise(completion: str, gold: str) -> str | None:
+    return extract_choice(completion) if gold_choice(gold) else extract_answer(completion)
+
+
+def _extract_amir_official(completion: str, gold: str) -> str | None:
+    value = official_numeric_answer(completion)
+    return None if value is None else repr(value)
+
+
+def _extract_amir_eval(completion: str, gold: str) -> str | None:
+    answer = official_eval_answer(completion)[1]
+    return None if answer is None else clean_answer(answer)
+
+
+Mode = Literal["groupwise", "math_verify", "amir_official", "amir_eval"]
+DEFAULT_MODE: Mode = "groupwise"
+MODES: dict[str, CheckingMode] = {
+    mode.name: mode
+    for mode in (
+        CheckingMode(
+            "groupwise",
+            judge_groupwise,
+            _extract_groupwise,
+            "ours (REFERENCE.md 2, correctness): our answer rules, then math-verify's "
+            "extraction; math-verify equivalence",
+        ),
+        CheckingMode(
+            "math_verify",
+            judge_math_verify,
+            lambda completion, gold: None,
+            "LENS paper (REFERENCE.md 3): math-verify's default parse and verify",
+        ),
+        CheckingMode(
+            "amir_official",
+            judge_amir_official,
+            _extract_amir_official,
+            "AMIR-GRPO official code (REFERENCE.md 2): correctness_reward_func",
+        ),
+        CheckingMode(
+            "amir_eval",
+            judge_amir_eval,
+            _extract_amir_eval,
+            "AMIR-GRPO official code (REFERENCE.md 2, evaluation): answer_tag_reward_fn_for_orz "
+            "reading, our equivalence",
+        ),
     )
+}
+"""The checking modes by name (see each `judge_*` function for its exact semantics)."""
 
 
-def is_correct(
-    completion: str, gold: str, timeout: float = DEFAULT_TIMEOUT, *, mode: str = DEFAULT_MODE
-) -> bool:
-    """Whether `completion`'s final answer is equivalent to `gold` under checking mode `mode`
-    (REFERENCE.md 2).
+def checking_mode(name: str) -> CheckingMode:
+    """The checking mode `name`; an unknown name raises naming the valid ones."""
+    if name not in MODES:
+        raise ValueError(f"unknown checking mode {name!r}; valid modes: {sorted(MODES)}")
+    return MODES[name]
 
-    Never raises for any completion and returns within about `timeout` seconds (a timeout or
-    an error counts as not correct; `check_answers` reports which it was).
+
+def judge(completion: str, gold: str, mode: str = DEFAULT_MODE) -> Verdict:
+    """The verdict on `completion` for `gold` under checking mode `mode`, computed in this
+    process with no time limit.
+
+    Pathological answers can make math-verify (sympy) run for minutes: use `check_answers` or
+    `is_correct`, which run this under a hard timeout.
     """
-    return check_answers([completion], [gold], workers=None, timeout=timeout, mode=mode)[0].correct
+    return checking_mode(mode).judge(completion, gold)

@@ -3,7 +3,7 @@
 Each component is a function `(completion: str, verdict: Verdict) -> float` of one completion's
 text and its answer-check verdict, so the answer is checked once per completion and every
 component reads the same verdict. Values are unweighted; `RewardSuite` applies the weights.
-Whether an answer is correct is the checking mode's decision (`groupwise.rewards.judging`):
+Whether an answer is correct is the checking mode's decision (`groupwise.rewards.checking`):
 the AMIR-GRPO official correctness is the mode "amir_official" with the "correctness"
 component.
 
@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from groupwise.rewards.judging import Verdict
+from groupwise.rewards.checking import Verdict
 from groupwise.rewards.official import (
     official_answer_block,
     official_confidence,

@@ -2,7 +2,7 @@
 
 Pure string functions (no sympy, no math-verify): cheap, linear-time regexes only, so they are
 safe to run in the training process. The comparison of an extracted answer with the gold one
-lives in `groupwise.rewards.judging`.
+lives in `groupwise.rewards.checking`.
 
 Where the answer is looked for (REFERENCE.md 2, "correctness"; `read_answer`, first rule that
 applies wins):
@@ -19,7 +19,7 @@ applies wins):
 4. Inside an answer block: "the answer is ...", else `#### N`, else the whole block; outside:
    the last `#### N` line, else the last "the answer is ..." / "Final answer: ...". A value in
    prose ("the largest $n$ is 34") is not taken here: it is left to math-verify's extraction.
-5. (In `judging`, not here: math-verify's LaTeX and expression extraction on the region.)
+5. (In `checking`, not here: math-verify's LaTeX and expression extraction on the region.)
 6. The prose value of rule 4, else the last number of the region, but never when the region
    holds LaTeX math (a `$...$`, `\\(...\\)`, `\\[...\\]` span or a command such as `\\frac`):
    `$\\frac13$` is not "3".
@@ -49,6 +49,7 @@ __all__ = [
     "last_boxed",
     "read_answer",
     "strip_reasoning",
+    "unwrap_text",
 ]
 
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox|framebox)(?![A-Za-z])")
@@ -74,6 +75,14 @@ _NUMBER_THEN_WORDS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s+([A-Za-z]{3,}(?:\s+[
 _KEEP_WORDS = frozenset({"and", "or", "not", "times", "plus", "minus", "over", "sqrt", "mod"})
 
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textrm|mbox)\s*\{([^{}]*)\}")
+
+
+def unwrap_text(text: str) -> str:
+    """`text` with each brace-free `\\text{...}` (textbf, mathrm, mathbf, textrm, mbox) replaced
+    by its contents."""
+    return _TEXT_WRAPPER.sub(r"\1", text)
+
+
 _CHOICE_FORM = re.compile(r"^\(?([A-E])\)?(?:$|[\s.:)\]]|\\)")
 # Case-insensitive words, but the letter itself must be a capital ("the answer is a number").
 # No two adjacent optional-whitespace runs: a failed match must not backtrack quadratically.
@@ -454,14 +463,14 @@ def extract_answer(completion: str) -> str | None:
 def choice_letter(text: str) -> str | None:
     """The option letter A-E that `text` names on its own ("C", "(C)", "C)", "C. 42",
     "\\text{(C)}", "(C) 42"), or None."""
-    text = _TEXT_WRAPPER.sub(r"\1", text).replace("$", "").strip()
+    text = unwrap_text(text).replace("$", "").strip()
     match = _CHOICE_FORM.match(text)
     return match.group(1) if match else None
 
 
 def gold_choice(gold: str) -> str | None:
     """The letter of a multiple-choice gold answer ("C", "(C)", "\\text{(C)}"), else None."""
-    text = _TEXT_WRAPPER.sub(r"\1", gold).replace("$", "").replace(" ", "")
+    text = unwrap_text(gold).replace("$", "").replace(" ", "")
     match = _CHOICE_GOLD.match(text)
     return match.group(1) if match else None
 

@@ -10,7 +10,7 @@ Source: github.com/AmirHosseinYari2002/AMIR-GRPO (arXiv 2601.03661, on TRL 0.23)
   `remove_boxed` (the evaluation grader's reading of the answer).
 
 Pure string functions with linear-time regexes; the checking modes that use them live in
-`groupwise.rewards.judging`, the reward components in `groupwise.rewards.components`.
+`groupwise.rewards.checking`, the reward components in `groupwise.rewards.components`.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from groupwise.errors import RewardError
-from groupwise.rewards.checking import DEFAULT_TIMEOUT, check_answers
+from groupwise.rewards.checking import DEFAULT_MODE, Verdict, checking_mode
 from groupwise.rewards.components import Component, get_component
-from groupwise.rewards.judging import DEFAULT_MODE, Verdict, checking_mode
+from groupwise.rewards.pool import DEFAULT_TIMEOUT, check_answers
 
 __all__ = [
     "AMIR_GRPO_CHECKING",
@@ -83,7 +83,7 @@ class RewardSuite:
     weights: component name -> weight (a mapping from config); an unknown name is an error
     naming the registered ones. workers / timeout: the answer-checking pool size and seconds
     per answer. checking: the checking mode that decides correctness ("groupwise", the
-    default; "math_verify"; "amir_official"; "amir_eval": `groupwise.rewards.judging.MODES`);
+    default; "math_verify"; "amir_official"; "amir_eval": `groupwise.rewards.checking.MODES`);
     an unknown mode is an error naming the valid ones.
     """
 
