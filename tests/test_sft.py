@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from groupwise import sft
+from groupwise.config import ConfigError
 from groupwise.data.synthetic import LEVELS, generate_problems
 from groupwise.sft import (
     IGNORE_INDEX,
@@ -208,8 +209,10 @@ def test_settings_fingerprint_and_validation() -> None:
     assert SFTSettings().fingerprint() != SFTSettings(steps=SFTSettings().steps + 1).fingerprint()
     assert SFTSettings.quick().fingerprint() != SFTSettings().fingerprint()
     assert re.fullmatch(r"[0-9a-f]{12}", SFTSettings().fingerprint())
-    with pytest.raises(TypeError, match=r"unknown option\(s\) \['step'\]; valid options: "):
+    with pytest.raises(ConfigError, match="unknown key 'step'; valid keys here: levels, "):
         SFTSettings().with_overrides(step=3)
+    with pytest.raises(ConfigError, match="steps: expected an integer"):
+        SFTSettings().with_overrides(steps="many")
     valid = re.escape("valid levels: ['easy', 'hard', 'long', 'mid']")
     with pytest.raises(ValueError, match=valid):
         SFTSettings(levels=("easy", "expert"))
@@ -286,5 +289,5 @@ def test_the_command_trains_saves_and_scores(
     with pytest.raises(SystemExit) as exit_info:
         sft.main(["--output", str(tmp_path / "other"), "step=3"])
     assert exit_info.value.code == 2
-    assert "unknown option(s) ['step']" in capsys.readouterr().err
+    assert "unknown key 'step'" in capsys.readouterr().err
 

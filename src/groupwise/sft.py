@@ -39,6 +39,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from groupwise.config import apply_override, build
 from groupwise.data.synthetic import LEVELS, generate_problems
 
 # Changing what training does (data, loss, schedule, tokenizer) must change this, so that
@@ -144,12 +145,9 @@ class SFTSettings:
         )
 
     def with_overrides(self, **overrides: object) -> SFTSettings:
-        """A copy with ``overrides`` applied; an unknown name is an error listing the fields."""
-        fields = [f.name for f in dataclasses.fields(self)]
-        unknown = sorted(set(overrides) - set(fields))
-        if unknown:
-            raise TypeError(f"SFTSettings: unknown option(s) {unknown}; valid options: {fields}")
-        return dataclasses.replace(self, **overrides)
+        """A copy with ``overrides`` applied, each checked against its field's type
+        (``groupwise.config.build``); an unknown name is a ConfigError listing the fields."""
+        return build(SFTSettings, {**dataclasses.asdict(self), **overrides})
 
     def fingerprint(self) -> str:
         """12 hex digits of SHA-256 over the settings and FORMAT_VERSION."""
@@ -446,8 +444,8 @@ def load_base_policy(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m groupwise.sft --output DIR [FIELD=VALUE ...]``: train the base policy with
-    ``SFTSettings()`` (FIELD=VALUE overrides one field, the value read as JSON, e.g.
-    ``steps=700`` or ``levels='["easy","mid"]'``), save it into DIR (``train_base_policy``)
+    ``SFTSettings()`` (FIELD=VALUE overrides one field, the value read as YAML, e.g.
+    ``steps=700`` or ``levels=[easy,mid]``), save it into DIR (``train_base_policy``)
     and write its ``base_policy_scores`` to DIR/SCORES_FILE. The shipped policy was made so."""
     import argparse
 
@@ -456,17 +454,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE")
     args = parser.parse_args(argv)
     overrides: dict[str, object] = {}
-    for item in args.overrides:
-        name, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"override {item!r}: expected FIELD=VALUE")
-        try:
-            overrides[name] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[name] = value
     try:
+        for item in args.overrides:
+            apply_override(overrides, item)
         settings = SFTSettings().with_overrides(**overrides)
-    except (TypeError, ValueError) as err:
+    except ValueError as err:  # ConfigError, or a range SFTSettings refuses
         parser.error(str(err))
     folder = train_base_policy(settings, args.output)
     model, tokenizer = _load_saved(folder)
