@@ -183,9 +183,7 @@ def main() -> int:
     if args.baseline is not None:
         versions.append((f"old ({args.baseline})", args.baseline, None))
     modes = MODES if args.modes else (None,)
-    versions += [
-        ("new" if mode is None else f"new, {mode}", REPO / "src", mode) for mode in modes
-    ]
+    versions += [("new" if mode is None else f"new, {mode}", REPO / "src", mode) for mode in modes]
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in versions}
     for round_ in range(args.rounds):
         for name, src, mode in versions:

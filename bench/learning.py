@@ -488,8 +488,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _train_and_report(settings, root, preset, args)
 
 
-def _train_and_report(settings: BenchSettings, root: Path, preset: str,
-                      args: argparse.Namespace) -> int:
+def _train_and_report(
+    settings: BenchSettings, root: Path, preset: str, args: argparse.Namespace
+) -> int:
     """Make the runs not complete yet (resumable), record the invocation, write the results."""
     load_before = load_average()
     started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -134,14 +134,16 @@ def curves(methods: Mapping[str, Sequence[Mapping]]) -> dict[str, list[dict[str,
             at = [p[i] for p in points if len(p) > i]
             pass1 = [100 * p["pass@1"] for p in at]
             margin = [p["margin"] for p in at if p["margin"] is not None]
-            rows.append({
-                "step": point["step"],
-                "pass@1": statistics.fmean(pass1),
-                "pass@1_sd": statistics.stdev(pass1) if len(pass1) > 1 else 0.0,
-                "margin": statistics.fmean(margin) if margin else None,
-                "margin_sd": statistics.stdev(margin) if len(margin) > 1 else 0.0,
-                "margins": margin,
-            })
+            rows.append(
+                {
+                    "step": point["step"],
+                    "pass@1": statistics.fmean(pass1),
+                    "pass@1_sd": statistics.stdev(pass1) if len(pass1) > 1 else 0.0,
+                    "margin": statistics.fmean(margin) if margin else None,
+                    "margin_sd": statistics.stdev(margin) if len(margin) > 1 else 0.0,
+                    "margins": margin,
+                }
+            )
         out[method] = rows
     return out
 
@@ -548,8 +550,10 @@ PANELS: dict[str, tuple[str, Any]] = {
     "accuracy": ("training accuracy", lambda s: s["accuracy"]),
     "group_all_wrong": ("fraction of all-wrong groups", lambda s: s["group_all_wrong"]),
     "active": ("all-wrong groups with a gradient (fraction)", _active_share),
-    "grad_share": ("all-wrong rows' share of the gradient norm",
-                   lambda s: s["all_wrong_grad_share"]),
+    "grad_share": (
+        "all-wrong rows' share of the gradient norm",
+        lambda s: s["all_wrong_grad_share"],
+    ),
     "lambda": ("λ per step (log scale)", lambda s: s["lambda"]),
     "pairs_per_group": ("AMIR pairs per group", lambda s: s["pairs_per_group"]),
 }
@@ -566,16 +570,29 @@ def _plot_steps(ax: Any, runs: Sequence[Mapping], panel: str, color: str, label:
         warnings.simplefilter("ignore", RuntimeWarning)
         ax.plot(steps, np.nanmean(smooth, 0), color=color, label=f"{label} ({len(runs)} seeds)")
         if len(runs) > 1:
-            ax.fill_between(steps, np.nanmin(smooth, 0), np.nanmax(smooth, 0), color=color,
-                            alpha=0.12, linewidth=0)
+            ax.fill_between(
+                steps,
+                np.nanmin(smooth, 0),
+                np.nanmax(smooth, 0),
+                color=color,
+                alpha=0.12,
+                linewidth=0,
+            )
 
 
 def _plot_curve(ax: Any, points: Sequence[Mapping], key: str, color: str, label: str) -> None:
     """A held-out curve: mean over seeds with ± sd error bars at each evaluated step."""
     rows = [p for p in points if p[key] is not None]
-    ax.errorbar([p["step"] for p in rows], [p[key] for p in rows],
-                yerr=[p[f"{key}_sd"] for p in rows], color=color, label=label, marker="o",
-                markersize=3, capsize=2)
+    ax.errorbar(
+        [p["step"] for p in rows],
+        [p[key] for p in rows],
+        yerr=[p[f"{key}_sd"] for p in rows],
+        color=color,
+        label=label,
+        marker="o",
+        markersize=3,
+        capsize=2,
+    )
 
 
 def plot_figure(
@@ -595,22 +612,31 @@ def plot_figure(
     if not levels:
         return None
     colors = dict(zip(METHODS, series_colors(len(METHODS)), strict=True))
-    fig, axes = new_figure(width=4.2 * len(columns), height=3.3 * len(levels),
-                           ncols=len(columns), nrows=len(levels))
+    fig, axes = new_figure(
+        width=4.2 * len(columns), height=3.3 * len(levels), ncols=len(columns), nrows=len(levels)
+    )
     for i, level in enumerate(levels):
         for method in (m for m in METHODS if m in methods_shown and m in runs[level]):
             for j, column in enumerate(columns):
                 ax = axes[i, j]
                 if column in ("pass@1", "margin"):
-                    _plot_curve(ax, numbers[level]["curve"][method], column, colors[method],
-                                METHODS[method].label)
+                    _plot_curve(
+                        ax,
+                        numbers[level]["curve"][method],
+                        column,
+                        colors[method],
+                        METHODS[method].label,
+                    )
                 elif column not in ("lambda", "pairs_per_group") or method in AMIR_METHODS:
-                    _plot_steps(ax, runs[level][method], column, colors[method],
-                                METHODS[method].label)
+                    _plot_steps(
+                        ax, runs[level][method], column, colors[method], METHODS[method].label
+                    )
         for j, column in enumerate(columns):
             ax = axes[i, j]
-            title = {"pass@1": "held-out pass@1 (%)",
-                     "margin": "held-out preference margin (nats/token)"}.get(column)
+            title = {
+                "pass@1": "held-out pass@1 (%)",
+                "margin": "held-out preference margin (nats/token)",
+            }.get(column)
             ax.set_title(f"{level}: {title or PANELS[column][0]}", fontsize=9)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
@@ -692,27 +718,31 @@ Held-out pass@1 (%) during training, first {settings.curve_problems} problems, n
     mechanism_sections = []
     for level, num in numbers.items():
         mechanism_sections.append(f"#### `{level}`\n\n{lens_table(num)}\n\n{amir_table(num)}")
-    figure_lines = [f"![{name}{suffix}]({name}{suffix}.png)\n\n{caption}"
-                    for suffix, (_, _, caption) in FIGURES.items()]
-    setup = "\n".join([
-        f"- machine: {machine()}",
-        f"- wall time: {total / 60:.1f} min in all, over {len(invocations)} invocation(s) of "
-        "the bench on this output folder (each makes the runs not yet complete):",
-        runs,
-        f"- training seeds: {seeds}, the same for every method (sampling and question order); "
-        "the evaluation's problems and sampling seeds are the same for every run",
-        f"- base policy: `{settings.model}` (groupwise.sft); every run fine-tunes all its "
-        "weights from it",
-        f"- every run: {steps_text} steps of {settings.questions_per_step} questions x "
-        f"{settings.group_size} completions, lr {settings.lr} ({settings.schedule} schedule, "
-        "10 % warm-up), binary 1/0 correctness reward, temperature 1.0, "
-        "configs/testbed_arith.yaml",
-        f"- held-out evaluation: the first {settings.eval_problems} `arith` test problems of "
-        f"the level (no question shared with train), n = {settings.eval_n} samples per problem "
-        "at temperature 1.0, unbiased pass@k (REFERENCE.md 4); during training, the first "
-        f"{settings.curve_problems} of them with n = {settings.curve_n} at "
-        f"{settings.curve_points} evenly spaced checkpoints",
-    ])
+    figure_lines = [
+        f"![{name}{suffix}]({name}{suffix}.png)\n\n{caption}"
+        for suffix, (_, _, caption) in FIGURES.items()
+    ]
+    setup = "\n".join(
+        [
+            f"- machine: {machine()}",
+            f"- wall time: {total / 60:.1f} min in all, over {len(invocations)} invocation(s) of "
+            "the bench on this output folder (each makes the runs not yet complete):",
+            runs,
+            f"- training seeds: {seeds}, the same for every method (sampling and question order); "
+            "the evaluation's problems and sampling seeds are the same for every run",
+            f"- base policy: `{settings.model}` (groupwise.sft); every run fine-tunes all its "
+            "weights from it",
+            f"- every run: {steps_text} steps of {settings.questions_per_step} questions x "
+            f"{settings.group_size} completions, lr {settings.lr} ({settings.schedule} schedule, "
+            "10 % warm-up), binary 1/0 correctness reward, temperature 1.0, "
+            "configs/testbed_arith.yaml",
+            f"- held-out evaluation: the first {settings.eval_problems} `arith` test problems of "
+            f"the level (no question shared with train), n = {settings.eval_n} samples per problem "
+            "at temperature 1.0, unbiased pass@k (REFERENCE.md 4); during training, the first "
+            f"{settings.curve_problems} of them with n = {settings.curve_n} at "
+            f"{settings.curve_points} evenly spaced checkpoints",
+        ]
+    )
     lead = f"**{status}**\n\n" if status else ""
     text = f"""# Learning testbed: GRPO, AMIR-GRPO, LENS, AMIR-GRPO + LENS, GSPO on `arith`
 

@@ -34,8 +34,11 @@ def student_t_cdf(x: float, df: int) -> float:
     grid = np.linspace(0.0, abs(x), 4097)
     density = np.exp(log_norm - (df + 1) / 2 * np.log1p(grid**2 / df))
     step = grid[1] - grid[0]
-    area = step / 3 * (density[0] + density[-1] + 4 * density[1:-1:2].sum()
-                       + 2 * density[2:-1:2].sum())
+    area = (
+        step
+        / 3
+        * (density[0] + density[-1] + 4 * density[1:-1:2].sum() + 2 * density[2:-1:2].sum())
+    )
     return 0.5 + math.copysign(float(area), x)
 
 
@@ -99,8 +102,10 @@ def difference_to_reference(
     """
     method, reference = np.asarray(method, float), np.asarray(reference, float)
     if method.shape != reference.shape or method.ndim != 2:
-        raise ValueError(f"method and reference must be [seeds, problems] arrays of one shape, "
-                         f"got {method.shape} and {reference.shape}")
+        raise ValueError(
+            f"method and reference must be [seeds, problems] arrays of one shape, "
+            f"got {method.shape} and {reference.shape}"
+        )
     diff = method - reference
     if diff.shape[0] >= 2:
         mean, seed_low, seed_high = paired_seed_interval(diff.mean(axis=1), confidence)
@@ -110,6 +115,11 @@ def difference_to_reference(
     excludes = [problem_low > 0 or problem_high < 0]
     if not math.isnan(seed_low):
         excludes.append(seed_low > 0 or seed_high < 0)
-    return {"mean": mean, "seed_low": seed_low, "seed_high": seed_high,
-            "problem_low": problem_low, "problem_high": problem_high,
-            "distinguishable": float(all(excludes))}
+    return {
+        "mean": mean,
+        "seed_low": seed_low,
+        "seed_high": seed_high,
+        "problem_low": problem_low,
+        "problem_high": problem_high,
+        "distinguishable": float(all(excludes)),
+    }

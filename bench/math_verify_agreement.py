@@ -60,8 +60,13 @@ def collect_cases(tests: Path) -> list[dict[str, Any]]:
                         continue
                     gold, prediction, expected = values[:3]
                     cases.append(
-                        {"file": name, "test": test_name, "gold": str(gold),
-                         "prediction": str(prediction), "expected": bool(expected)}
+                        {
+                            "file": name,
+                            "test": test_name,
+                            "gold": str(gold),
+                            "prediction": str(prediction),
+                            "expected": bool(expected),
+                        }
                     )
     return cases
 
@@ -85,8 +90,13 @@ def judge_cases(checker: str, cases: list[dict[str, Any]]) -> list[str]:
         from math_verify import parse, verify
 
         def decide(gold: str, prediction: str) -> bool:
-            return bool(verify(parse(gold, parsing_timeout=None),
-                               parse(prediction, parsing_timeout=None), timeout_seconds=None))
+            return bool(
+                verify(
+                    parse(gold, parsing_timeout=None),
+                    parse(prediction, parsing_timeout=None),
+                    timeout_seconds=None,
+                )
+            )
     else:
         from groupwise.rewards import checking
 
@@ -150,14 +160,30 @@ def main(argv: list[str] | None = None) -> None:
             agree[case["file"]] += said == case["expected"]
             accepted_wrong += said and not case["expected"]
             if said != case["expected"]:
-                wrong_rows.append([name, case["file"], case["gold"][:60],
-                                   case["prediction"][-80:], case["expected"], verdict])
+                wrong_rows.append(
+                    [
+                        name,
+                        case["file"],
+                        case["gold"][:60],
+                        case["prediction"][-80:],
+                        case["expected"],
+                        verdict,
+                    ]
+                )
         total = sum(agree.values())
-        rows.append([name, *(f"{agree[f]}/{per_file[f]}" for f in FILES),
-                     f"{total}/{len(cases)}", accepted_wrong])
+        rows.append(
+            [
+                name,
+                *(f"{agree[f]}/{per_file[f]}" for f in FILES),
+                f"{total}/{len(cases)}",
+                accepted_wrong,
+            ]
+        )
     table = markdown_table(["checker", *FILES, "all", "accepted, expected wrong"], rows)
-    cells = [[c if isinstance(c, bool) else str(c).replace("|", "\\|").replace("\n", " ")
-              for c in row] for row in wrong_rows]
+    cells = [
+        [c if isinstance(c, bool) else str(c).replace("|", "\\|").replace("\n", " ") for c in row]
+        for row in wrong_rows
+    ]
     disagreements = markdown_table(
         ["checker", "file", "gold", "prediction (end)", "expected", "verdict"], cells
     )

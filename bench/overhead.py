@@ -102,8 +102,10 @@ def main(argv: list[str] | None = None) -> None:
 
     load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="overhead-") as scratch:
-        trainers = {name: make_trainer(Path(scratch) / str(number), [*args.overrides, *extra])
-                    for number, (name, extra) in enumerate(ALGORITHMS.items())}
+        trainers = {
+            name: make_trainer(Path(scratch) / str(number), [*args.overrides, *extra])
+            for number, (name, extra) in enumerate(ALGORITHMS.items())
+        }
         calls = {name: DecoderCalls(trainer.model) for name, trainer in trainers.items()}
         first = trainers["grpo"]
         cfg = first.config
@@ -120,8 +122,9 @@ def main(argv: list[str] | None = None) -> None:
         golds = [p.answer for p in problems for _ in range(cfg.rollout.group_size)]
         scores = first.rewards.score(rollouts.texts, golds)
         tokens = int(rollouts.completion_mask.sum())
-        batch = ScoredBatch(rollouts, torch.arange(len(rollouts)), scores, rollouts.texts,
-                            rollouts.truncated)
+        batch = ScoredBatch(
+            rollouts, torch.arange(len(rollouts)), scores, rollouts.texts, rollouts.truncated
+        )
         print(f"fixed batch: {len(rollouts)} completions, {tokens} tokens", flush=True)
 
         fixed: dict[str, list[float]] = {name: [] for name in ALGORITHMS}

@@ -23,8 +23,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, load_average, markdown_table, write_results
 
-KEYS = ("loss", "amir/pairs", "amir/lambda", "groups/mixed", "groups/all_wrong",
-        "sampling/sampling_logp_difference/mean", "step_time")
+KEYS = (
+    "loss",
+    "amir/pairs",
+    "amir/lambda",
+    "groups/mixed",
+    "groups/all_wrong",
+    "sampling/sampling_logp_difference/mean",
+    "step_time",
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,21 +49,44 @@ def main(argv: list[str] | None = None) -> None:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         subprocess.run(
-            [sys.executable, str(REPO / "tests" / "vllm_trl_run.py"), str(folder),
-             str(out), "--correction", "on", "--lora", "--steps", str(args.steps),
-             "--tokens", str(args.tokens), "--learning-rate", str(args.learning_rate)],
+            [
+                sys.executable,
+                str(REPO / "tests" / "vllm_trl_run.py"),
+                str(folder),
+                str(out),
+                "--correction",
+                "on",
+                "--lora",
+                "--steps",
+                str(args.steps),
+                "--tokens",
+                str(args.tokens),
+                "--learning-rate",
+                str(args.learning_rate),
+            ],
             check=True,
         )
         run = json.loads(out.read_text())
     logs = [e for e in run["log_history"] if "loss" in e]
     summary = markdown_table(
-        ["trainer built (s, vLLM start-up included)", "training (s)", "s / step",
-         "vLLM vs trained policy after the last sync (max nats/token)"],
-        [[run["seconds_build"], run["seconds_train"], run["seconds_train"] / len(logs),
-          run["vllm_vs_trained"]]],
+        [
+            "trainer built (s, vLLM start-up included)",
+            "training (s)",
+            "s / step",
+            "vLLM vs trained policy after the last sync (max nats/token)",
+        ],
+        [
+            [
+                run["seconds_build"],
+                run["seconds_train"],
+                run["seconds_train"] / len(logs),
+                run["vllm_vs_trained"],
+            ]
+        ],
     )
-    steps = markdown_table(["step", *KEYS],
-                           [[e["step"], *(e.get(k, "") for k in KEYS)] for e in logs])
+    steps = markdown_table(
+        ["step", *KEYS], [[e["step"], *(e.get(k, "") for k in KEYS)] for e in logs]
+    )
     write_results(
         "trl_vllm",
         "GroupwiseGRPOTrainer + TRL vLLM colocate on a CPU (SmolLM2-135M-Instruct, LoRA 8/16)",

@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/setup_vllm.sh
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/python -m pytest -q -m "not vllm" "$@"
 .venv-vllm/bin/python -m pytest -q -m "trl or vllm" "$@"

@@ -23,11 +23,27 @@ from groupwise.cli import main as cli
 from groupwise.records import Sample, SavedProblem, group_by_problem, read_samples, write_problems
 
 
-def sample(pid: str, index: int, correct: bool, mean_logp: float | None = -1.0,
-           completion: str = "x", bench: str = "toy") -> Sample:
-    return Sample(benchmark=bench, problem_id=pid, sample=index, completion=completion,
-                  extracted="1" if correct else "2", verdict="correct" if correct else "wrong",
-                  tokens=3, truncated=False, mean_logp=mean_logp, confidence=None, gold="1")
+def sample(
+    pid: str,
+    index: int,
+    correct: bool,
+    mean_logp: float | None = -1.0,
+    completion: str = "x",
+    bench: str = "toy",
+) -> Sample:
+    return Sample(
+        benchmark=bench,
+        problem_id=pid,
+        sample=index,
+        completion=completion,
+        extracted="1" if correct else "2",
+        verdict="correct" if correct else "wrong",
+        tokens=3,
+        truncated=False,
+        mean_logp=mean_logp,
+        confidence=None,
+        gold="1",
+    )
 
 
 def write_run(folder: Path, samples: list[Sample], config: dict | None = None) -> Path:
@@ -35,8 +51,9 @@ def write_run(folder: Path, samples: list[Sample], config: dict | None = None) -
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "samples.jsonl").write_text("".join(s.to_json() + "\n" for s in samples))
     keys = dict.fromkeys(s.key for s in samples)
-    write_problems(folder / "problems.jsonl",
-                   [SavedProblem(b, p, f"What is 0 + {p}?", "1") for b, p in keys])
+    write_problems(
+        folder / "problems.jsonl", [SavedProblem(b, p, f"What is 0 + {p}?", "1") for b, p in keys]
+    )
     (folder / "config.json").write_text(json.dumps(config or {"model": "tiny-random"}))
     return folder
 
@@ -98,13 +115,13 @@ def test_coverage_partition_hand_computed(tmp_path: Path) -> None:
     by_pattern = {c.solved: (c.count, c.percent) for c in cells}
     # union = p0..p7 = 8 problems; p8, p9 solved by none
     assert by_pattern == {
-        (True, True, True): (2, 25.0),     # p0 p1
-        (True, True, False): (2, 25.0),    # p2 p5
-        (True, False, True): (2, 25.0),    # p3 p7
+        (True, True, True): (2, 25.0),  # p0 p1
+        (True, True, False): (2, 25.0),  # p2 p5
+        (True, False, True): (2, 25.0),  # p3 p7
         (False, True, True): (0, 0.0),
         (True, False, False): (0, 0.0),
-        (False, True, False): (1, 12.5),   # p4
-        (False, False, True): (1, 12.5),   # p6
+        (False, True, False): (1, 12.5),  # p4
+        (False, False, True): (1, 12.5),  # p6
         (False, False, False): (2, None),  # p8 p9, outside the union
     }
     assert sum(c.percent for c in cells if c.percent is not None) == pytest.approx(100.0)
@@ -113,13 +130,18 @@ def test_coverage_partition_hand_computed(tmp_path: Path) -> None:
     assert cells[1].label(["base", "grpo", "amir"]) == "base & grpo only"
 
     out = tmp_path / "cov"
-    assert cli(["analyze", "coverage", *(f"{n}={tmp_path / n}" for n in runs),
-                "--output", str(out)]) == 0
+    assert (
+        cli(["analyze", "coverage", *(f"{n}={tmp_path / n}" for n in runs), "--output", str(out)])
+        == 0
+    )
     data = json.loads((out / "coverage.json").read_text())
     assert data["union_solvable"] == 8 and data["problems"] == 10
-    assert data["cells"][0] == {"label": "base & grpo & amir only",
-                                "solved": {"base": True, "grpo": True, "amir": True},
-                                "count": 2, "percent": 25.0}
+    assert data["cells"][0] == {
+        "label": "base & grpo & amir only",
+        "solved": {"base": True, "grpo": True, "amir": True},
+        "count": 2,
+        "percent": 25.0,
+    }
     assert (out / "coverage.png").stat().st_size > 0
     assert (out / "coverage.csv").read_text().splitlines()[1] == "1,1,1,2,25.00"
 
@@ -139,12 +161,17 @@ def test_coverage_two_runs_and_nothing_solvable() -> None:
 def test_preference_margins_hand_computed(tmp_path: Path) -> None:
     samples = [
         # A: correct -0.5, -0.7 (mean -0.6); incorrect -1.0 -> margin 0.4
-        sample("A", 0, True, -0.5), sample("A", 1, True, -0.7), sample("A", 2, False, -1.0),
+        sample("A", 0, True, -0.5),
+        sample("A", 1, True, -0.7),
+        sample("A", 2, False, -1.0),
         # B: all correct -> no margin
-        sample("B", 0, True, -0.3), sample("B", 1, True, -0.4),
+        sample("B", 0, True, -0.3),
+        sample("B", 1, True, -0.4),
         # C: correct -0.2; incorrect -0.3, -0.5 (mean -0.4), an empty one (None) left out
         # -> margin 0.2
-        sample("C", 0, True, -0.2), sample("C", 1, False, -0.3), sample("C", 2, False, -0.5),
+        sample("C", 0, True, -0.2),
+        sample("C", 1, False, -0.3),
+        sample("C", 2, False, -0.5),
         sample("C", 3, False, None),
         # D: all wrong -> no margin
         sample("D", 0, False, -2.0),
@@ -165,8 +192,19 @@ def test_preference_margins_hand_computed(tmp_path: Path) -> None:
     write_run(tmp_path / "grpo", samples)
     write_run(tmp_path / "amir", other)
     out = tmp_path / "margin"
-    assert cli(["analyze", "margin", f"grpo={tmp_path / 'grpo'}", f"amir={tmp_path / 'amir'}",
-                "--output", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "analyze",
+                "margin",
+                f"grpo={tmp_path / 'grpo'}",
+                f"amir={tmp_path / 'amir'}",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads((out / "margin.json").read_text())
     assert data["ratio_of_means_to_first"]["amir"] == pytest.approx(3.0)
     assert data["ratio_of_means_to_first"]["grpo"] == pytest.approx(1.0)
@@ -187,7 +225,7 @@ def test_gaussian_kde_values_and_mass() -> None:
     dens = gaussian_kde([0.1, 0.4, 0.45, 0.9], wide)
     assert np.sum(dens) * (wide[1] - wide[0]) == pytest.approx(1.0, abs=1e-4)
     # Scott's rule: sd(ddof=1) * n^(-1/5); sd of [0, 1] is sqrt(0.5)
-    assert scott_bandwidth([0.0, 1.0]) == pytest.approx(math.sqrt(0.5) * 2 ** -0.2)
+    assert scott_bandwidth([0.0, 1.0]) == pytest.approx(math.sqrt(0.5) * 2**-0.2)
     assert not gaussian_kde([], grid).any()
 
 
@@ -213,19 +251,33 @@ def test_perplexity_strata_and_command(tmp_path: Path) -> None:
     from groupwise.analysis.perplexity import strata
 
     def run_samples(acc: dict[str, int]) -> list[Sample]:
-        return [sample(p, i, i < c, mean_logp=-0.1 * (i + 1)) for p, c in acc.items()
-                for i in range(4)]
+        return [
+            sample(p, i, i < c, mean_logp=-0.1 * (i + 1)) for p, c in acc.items() for i in range(4)
+        ]
 
     # correct counts of 4: S solved by all (4, 4); U unsolved by both; M mixed
     a = load_run("grpo", write_run(tmp_path / "grpo", run_samples({"S": 4, "U": 0, "M": 4})))
     b = load_run("amir", write_run(tmp_path / "amir", run_samples({"S": 4, "U": 0, "M": 1})))
     split = strata([a, b])
     assert split == {"jointly solvable": [("toy", "S")], "jointly unsolved": [("toy", "U")]}
-    assert strata([a, b], solvable_fraction=0.25)["jointly solvable"] == [("toy", "S"),
-                                                                         ("toy", "M")]
+    assert strata([a, b], solvable_fraction=0.25)["jointly solvable"] == [
+        ("toy", "S"),
+        ("toy", "M"),
+    ]
     out = tmp_path / "ppl"
-    assert cli(["analyze", "perplexity", f"grpo={tmp_path / 'grpo'}",
-                f"amir={tmp_path / 'amir'}", "--output", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "analyze",
+                "perplexity",
+                f"grpo={tmp_path / 'grpo'}",
+                f"amir={tmp_path / 'amir'}",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads((out / "perplexity.json").read_text())
     stats = data["stats"]["jointly solvable"]["grpo"]
     # PPL = exp(-mean_logp) of the 4 rollouts of S: exp(0.1), exp(0.2), exp(0.3), exp(0.4)
@@ -234,8 +286,22 @@ def test_perplexity_strata_and_command(tmp_path: Path) -> None:
     assert (out / "perplexity.png").stat().st_size > 0
 
     # scored again under one fixed model: a random model over ~49k tokens is nearly uniform
-    assert cli(["analyze", "perplexity", f"grpo={tmp_path / 'grpo'}", "--model", "tiny-random",
-                "--device", "cpu", "--output", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "analyze",
+                "perplexity",
+                f"grpo={tmp_path / 'grpo'}",
+                "--model",
+                "tiny-random",
+                "--device",
+                "cpu",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads((out / "perplexity.json").read_text())
     assert data["source"] == "model tiny-random"
     stats = data["stats"]["jointly solvable"]["grpo"]
@@ -254,15 +320,20 @@ def test_rescore_renders_prompt_and_appends_eos(tiny: tuple) -> None:
     cut = Sample("toy", "p", 1, "It is", None, "no_answer", 2, True, None, None, "5")
     scorer = ModelScorer(model, tokenizer.pad_token_id, batch_size=1)
     got = rescore(scorer, tokenizer, [finished, cut], {problem.key: problem}, "boxed")
-    prompt = tokenizer(render_prompt(Problem(id="p", question="What is 2 + 3?", answer="5"),
-                                     "boxed", tokenizer), add_special_tokens=False).input_ids
+    prompt = tokenizer(
+        render_prompt(Problem(id="p", question="What is 2 + 3?", answer="5"), "boxed", tokenizer),
+        add_special_tokens=False,
+    ).input_ids
     for s, value in zip([finished, cut], got, strict=True):
         ids = tokenizer(s.completion, add_special_tokens=False).input_ids
         ids = ids if s.truncated else [*ids, tokenizer.eos_token_id]
-        expected = completion_mean_logp(model, torch.tensor([prompt]),
-                                        torch.ones(1, len(prompt), dtype=torch.long),
-                                        torch.tensor([ids]), torch.ones(1, len(ids),
-                                                                        dtype=torch.long))
+        expected = completion_mean_logp(
+            model,
+            torch.tensor([prompt]),
+            torch.ones(1, len(prompt), dtype=torch.long),
+            torch.tensor([ids]),
+            torch.ones(1, len(ids), dtype=torch.long),
+        )
         assert value == pytest.approx(float(expected[0]), abs=1e-5)
 
 
@@ -270,15 +341,24 @@ def test_rescore_renders_prompt_and_appends_eos(tiny: tuple) -> None:
 
 
 def test_segment_steps_rule() -> None:
-    amir = ("<think>\nLet x be the number.\n\nThen 2x = 10.\n\nSo x = 5.\n</think>\n"
-            "<answer> \\boxed{5} </answer> <analysis> fine </analysis> "
-            "<confidence> 0.9 </confidence>")
-    assert errors.segment_steps(amir) == ["Let x be the number.", "Then 2x = 10.", "So x = 5.",
-                                          "Final answer: \\boxed{5}"]
+    amir = (
+        "<think>\nLet x be the number.\n\nThen 2x = 10.\n\nSo x = 5.\n</think>\n"
+        "<answer> \\boxed{5} </answer> <analysis> fine </analysis> "
+        "<confidence> 0.9 </confidence>"
+    )
+    assert errors.segment_steps(amir) == [
+        "Let x be the number.",
+        "Then 2x = 10.",
+        "So x = 5.",
+        "Final answer: \\boxed{5}",
+    ]
     # fewer than 3 paragraphs -> lines
     lines = "We add 2 and 3.\nThat gives 5.\nSo the answer is \\boxed{5}."
-    assert errors.segment_steps(lines) == ["We add 2 and 3.", "That gives 5.",
-                                           "So the answer is \\boxed{5}."]
+    assert errors.segment_steps(lines) == [
+        "We add 2 and 3.",
+        "That gives 5.",
+        "So the answer is \\boxed{5}.",
+    ]
     # one line -> sentences; a decimal point is not a sentence end
     one = "We add 2.5 and 3. That gives 5.5! Done?"
     assert errors.segment_steps(one) == ["We add 2.5 and 3.", "That gives 5.5!", "Done?"]
@@ -295,9 +375,14 @@ TAXONOMY = errors.load_taxonomy()
 
 def test_default_taxonomy_and_bad_taxonomy(tmp_path: Path) -> None:
     assert [t.name for t in TAXONOMY] == [
-        "problem misreading", "wrong formulation", "arithmetic slip",
-        "algebraic manipulation error", "logical leap", "incomplete answer",
-        "answer extraction/format"]
+        "problem misreading",
+        "wrong formulation",
+        "arithmetic slip",
+        "algebraic manipulation error",
+        "logical leap",
+        "incomplete answer",
+        "answer extraction/format",
+    ]
     assert all(t.description for t in TAXONOMY)
     bad = tmp_path / "t.yaml"
     bad.write_text("types:\n  - name: a\n  - name: A\n")
@@ -308,32 +393,40 @@ def test_default_taxonomy_and_bad_taxonomy(tmp_path: Path) -> None:
         errors.load_taxonomy(bad)
 
 
-@pytest.mark.parametrize(("reply", "expected"), [
-    ('{"step": 2, "type": "arithmetic slip"}', (2, "arithmetic slip")),
-    ('Here you go:\n```json\n{"Step": "3", "Type": "Logical_Leap"}\n```', (3, "logical leap")),
-    ('{"note": 1} then {"step": 1, "error_type": "answer extraction/format"}',
-     (1, "answer extraction/format")),
-    ("{'step': 4, 'type': 'wrong formulation'}", (4, "wrong formulation")),
-    ('{"step": 2.0, "type": "arithmetic slip"}', (2, "arithmetic slip")),
-    # prose naming exactly one step and one type (a small local judge answered this)
-    ('The first erroneous step is "problem misreading" (step 1).', (1, "problem misreading")),
-])
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ('{"step": 2, "type": "arithmetic slip"}', (2, "arithmetic slip")),
+        ('Here you go:\n```json\n{"Step": "3", "Type": "Logical_Leap"}\n```', (3, "logical leap")),
+        (
+            '{"note": 1} then {"step": 1, "error_type": "answer extraction/format"}',
+            (1, "answer extraction/format"),
+        ),
+        ("{'step': 4, 'type': 'wrong formulation'}", (4, "wrong formulation")),
+        ('{"step": 2.0, "type": "arithmetic slip"}', (2, "arithmetic slip")),
+        # prose naming exactly one step and one type (a small local judge answered this)
+        ('The first erroneous step is "problem misreading" (step 1).', (1, "problem misreading")),
+    ],
+)
 def test_parse_judgement_accepts(reply: str, expected: tuple[int, str]) -> None:
     got = errors.parse_judgement(reply, num_steps=4, taxonomy=TAXONOMY)
     assert (got.step, got.type) == expected
 
 
-@pytest.mark.parametrize(("reply", "why"), [
-    ("The solution looks fine to me.", "no step/type"),
-    ('{"step": 5, "type": "arithmetic slip"}', "outside 1..4"),
-    ('{"step": 0, "type": "arithmetic slip"}', "outside 1..4"),
-    ('{"step": 2, "type": "bad vibes"}', "not in the taxonomy"),
-    ('{"step": "two", "type": "arithmetic slip"}', "not an integer"),
-    ('{"step": 2.5, "type": "arithmetic slip"}', "not an integer"),
-    # prose with two candidate steps or two types is ambiguous
-    ("Step 1 looks fine, step 2 has an arithmetic slip.", "no step/type"),
-    ("Step 2: a logical leap or an arithmetic slip.", "no step/type"),
-])
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ("The solution looks fine to me.", "no step/type"),
+        ('{"step": 5, "type": "arithmetic slip"}', "outside 1..4"),
+        ('{"step": 0, "type": "arithmetic slip"}', "outside 1..4"),
+        ('{"step": 2, "type": "bad vibes"}', "not in the taxonomy"),
+        ('{"step": "two", "type": "arithmetic slip"}', "not an integer"),
+        ('{"step": 2.5, "type": "arithmetic slip"}', "not an integer"),
+        # prose with two candidate steps or two types is ambiguous
+        ("Step 1 looks fine, step 2 has an arithmetic slip.", "no step/type"),
+        ("Step 2: a logical leap or an arithmetic slip.", "no step/type"),
+    ],
+)
 def test_parse_judgement_rejects(reply: str, why: str) -> None:
     with pytest.raises(errors.JudgeAnswerError, match=why):
         errors.parse_judgement(reply, num_steps=4, taxonomy=TAXONOMY)
@@ -376,10 +469,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_response(401)
             self.end_headers()
             return
-        content = {"valid": 'Sure. {"step": 2, "type": "arithmetic slip"}',
-                   "garbage": "I cannot decide, the solution is lovely."}.get(model, "?")
-        payload = json.dumps({"choices": [{"message": {"role": "assistant",
-                                                       "content": content}}]}).encode()
+        content = {
+            "valid": 'Sure. {"step": 2, "type": "arithmetic slip"}',
+            "garbage": "I cannot decide, the solution is lovely.",
+        }.get(model, "?")
+        payload = json.dumps(
+            {"choices": [{"message": {"role": "assistant", "content": content}}]}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -401,12 +497,14 @@ def judge_server():
 
 
 def _ask(server: _JudgeServer, model: str, attempts: int = 3, timeout: float = 5.0):
-    judge = errors.OpenAIChatJudge(f"http://127.0.0.1:{server.server_port}/v1", model,
-                                   api_key="k", timeout=timeout)
+    judge = errors.OpenAIChatJudge(
+        f"http://127.0.0.1:{server.server_port}/v1", model, api_key="k", timeout=timeout
+    )
     messages = errors.judge_messages("q", "1", ["a", "b", "c"], TAXONOMY)
     sleeps: list[float] = []
-    outcome = errors.judge_solution(judge, messages, 3, TAXONOMY, attempts=attempts,
-                                    backoff=0.5, sleep=sleeps.append)
+    outcome = errors.judge_solution(
+        judge, messages, 3, TAXONOMY, attempts=attempts, backoff=0.5, sleep=sleeps.append
+    )
     return outcome, sleeps
 
 
@@ -437,31 +535,48 @@ def test_http_judge_valid_garbage_timeout_errors(judge_server: _JudgeServer) -> 
 
 def test_http_judge_connection_refused() -> None:
     judge = errors.OpenAIChatJudge("http://127.0.0.1:9/v1", "m", timeout=1.0)
-    outcome = errors.judge_solution(judge, [{"role": "user", "content": "x"}], 1, TAXONOMY,
-                                    attempts=2, backoff=0.0)
+    outcome = errors.judge_solution(
+        judge, [{"role": "user", "content": "x"}], 1, TAXONOMY, attempts=2, backoff=0.0
+    )
     assert outcome.judgement is None and outcome.attempts == 2
     assert outcome.error.startswith("transport: URLError")
 
 
 def _error_runs(tmp_path: Path) -> list[str]:
     wrong = "<think>\nWe add.\n\nWe get 3.\n\nSo 3.\n</think>\n<answer> 3 </answer>"
-    samples = [sample("A", 0, True, completion="fine"), sample("A", 1, False, completion=wrong),
-               sample("B", 0, False, completion=wrong + " "), sample("B", 1, False,
-                                                                     completion="")]
+    samples = [
+        sample("A", 0, True, completion="fine"),
+        sample("A", 1, False, completion=wrong),
+        sample("B", 0, False, completion=wrong + " "),
+        sample("B", 1, False, completion=""),
+    ]
     write_run(tmp_path / "grpo", samples)
     write_run(tmp_path / "amir", samples[:2])
     return [f"grpo={tmp_path / 'grpo'}", f"amir={tmp_path / 'amir'}"]
 
 
 def test_errors_command_with_http_judge_caches_and_counts_failures(
-        tmp_path: Path, judge_server: _JudgeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, judge_server: _JudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TEST_JUDGE_KEY", "secret")
     runs = _error_runs(tmp_path)
     url = f"http://127.0.0.1:{judge_server.server_port}/v1"
     out = tmp_path / "err"
-    argv = ["analyze", "errors", *runs, "--judge-base-url", url, "--judge-model", "valid",
-            "--judge-api-key-env", "TEST_JUDGE_KEY", "--judge-backoff", "0", "--output",
-            str(out)]
+    argv = [
+        "analyze",
+        "errors",
+        *runs,
+        "--judge-base-url",
+        url,
+        "--judge-model",
+        "valid",
+        "--judge-api-key-env",
+        "TEST_JUDGE_KEY",
+        "--judge-backoff",
+        "0",
+        "--output",
+        str(out),
+    ]
     before = judge_server.requests_by_model.get("valid", 0)
     assert cli(argv) == 0
     data = json.loads((out / "errors.json").read_text())
@@ -485,8 +600,26 @@ def test_errors_command_with_http_judge_caches_and_counts_failures(
 
     # garbage judge: every judgeable solution becomes a counted failure, none dropped
     out = tmp_path / "err-garbage"
-    assert cli(["analyze", "errors", *runs, "--judge-base-url", url, "--judge-model", "garbage",
-                "--judge-attempts", "2", "--judge-backoff", "0", "--output", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "analyze",
+                "errors",
+                *runs,
+                "--judge-base-url",
+                url,
+                "--judge-model",
+                "garbage",
+                "--judge-attempts",
+                "2",
+                "--judge-backoff",
+                "0",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     grpo = json.loads((out / "errors.json").read_text())["runs"]["grpo"]
     assert grpo["judged"] == 0 and grpo["judge_failures"] == 3
     assert grpo["failure_reasons"] == {"answer": 2, "empty solution": 1}
@@ -496,8 +629,24 @@ def test_errors_command_with_http_judge_caches_and_counts_failures(
 def test_errors_command_with_local_judge_counts_garbage(tmp_path: Path) -> None:
     runs = _error_runs(tmp_path)
     out = tmp_path / "err-local"
-    assert cli(["analyze", "errors", *runs, "--judge-local", "tiny-random",
-                "--judge-max-new-tokens", "6", "--device", "cpu", "--output", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "analyze",
+                "errors",
+                *runs,
+                "--judge-local",
+                "tiny-random",
+                "--judge-max-new-tokens",
+                "6",
+                "--device",
+                "cpu",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads((out / "errors.json").read_text())
     assert data["judge"] == "local:tiny-random"
     grpo = data["runs"]["grpo"]
@@ -517,12 +666,16 @@ def test_analyze_help(analysis: str, capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.mark.parametrize("analysis", ["coverage", "perplexity", "margin"])
 def test_analyze_warns_when_a_run_has_fewer_samples_than_the_protocol(
-        tmp_path: Path, analysis: str) -> None:
+    tmp_path: Path, analysis: str
+) -> None:
     pids = ["p0", "p1"]
-    few = write_run(tmp_path / "few", [sample(p, i, i == 0, mean_logp=-0.5 - i) for p in pids
-                                       for i in range(4)])
-    full = write_run(tmp_path / "full", [sample(p, i, i == 0, mean_logp=-0.5 - i) for p in pids
-                                         for i in range(16)])
+    few = write_run(
+        tmp_path / "few", [sample(p, i, i == 0, mean_logp=-0.5 - i) for p in pids for i in range(4)]
+    )
+    full = write_run(
+        tmp_path / "full",
+        [sample(p, i, i == 0, mean_logp=-0.5 - i) for p in pids for i in range(16)],
+    )
     argv = ["analyze", analysis, f"few={few}", f"full={full}", "--output", str(tmp_path / "out")]
     if analysis == "margin":  # the paper states no sample count for it: nothing to warn about
         with warnings.catch_warnings():
@@ -532,5 +685,7 @@ def test_analyze_warns_when_a_run_has_fewer_samples_than_the_protocol(
     with pytest.warns(UserWarning) as caught:
         assert cli(argv) == 0
     messages = [str(w.message) for w in caught if "protocol" in str(w.message)]
-    assert messages == [f"analyze {analysis}: run 'few' ({few}) has 4 samples per problem; "
-                        "the paper's protocol uses 16 (groupwise eval --n)"]
+    assert messages == [
+        f"analyze {analysis}: run 'few' ({few}) has 4 samples per problem; "
+        "the paper's protocol uses 16 (groupwise eval --n)"
+    ]

@@ -235,18 +235,24 @@ def test_malformed_records_name_file_and_line(
 def test_non_utf8_byte_names_file_and_line(tmp_path: Path) -> None:
     path = _write(tmp_path, "aime25", "test", ['{"id": 1, "question": "q", "answer": 1}'])
     path.write_bytes(path.read_bytes() + b'{"id": 2, "question": "\xff", "answer": 2}\n')
-    with pytest.raises(BenchmarkFormatError, match="^" + re.escape(
-            f"{path} line 2: not valid UTF-8 (byte 0xff at column 24)")):
+    with pytest.raises(
+        BenchmarkFormatError,
+        match="^" + re.escape(f"{path} line 2: not valid UTF-8 (byte 0xff at column 24)"),
+    ):
         load_benchmark("aime25", data_dir=tmp_path)
 
 
 def test_benchmark_spec_parses_split_and_options(data_dir: Path) -> None:
     spec = BenchmarkSpec.parse("arith:train@level=easy@size=3@seed=2")
     assert spec == BenchmarkSpec("arith", "train", (("level", "easy"), ("size", 3), ("seed", 2)))
-    assert [p.id for p in spec.load()] == [p.id for p in load_benchmark(
-        "arith", "train", level="easy", size=3, seed=2)]
-    assert BenchmarkSpec.parse("livemathbench").load(data_dir)[0].id.startswith(
-        "livemathbench/AMC_en/")
+    assert [p.id for p in spec.load()] == [
+        p.id for p in load_benchmark("arith", "train", level="easy", size=3, seed=2)
+    ]
+    assert (
+        BenchmarkSpec.parse("livemathbench")
+        .load(data_dir)[0]
+        .id.startswith("livemathbench/AMC_en/")
+    )
     for text, message in [
         ("nope", "unknown benchmark 'nope'; valid benchmarks: ['aime24'"),
         ("gsm8k:dev", "benchmark 'gsm8k' has no split 'dev'; valid splits: ['train', 'test']"),
@@ -262,16 +268,21 @@ def _dapo_row(question: str, gold: object, index: str | None, wrapped: bool = Tr
     from groupwise.data.benchmarks import DAPO_PREFIX, DAPO_SUFFIX
 
     content = DAPO_PREFIX + question + DAPO_SUFFIX if wrapped else question
-    row: dict = {"data_source": "math_dapo", "prompt": [{"role": "user", "content": content}],
-                 "ability": "MATH", "reward_model": {"ground_truth": gold, "style": "rule"}}
+    row: dict = {
+        "data_source": "math_dapo",
+        "prompt": [{"role": "user", "content": content}],
+        "ability": "MATH",
+        "reward_model": {"ground_truth": gold, "style": "rule"},
+    }
     if index is not None:
         row["extra_info"] = {"index": index}
     return json.dumps(row)
 
 
 def test_dapo_math_17k_from_a_local_jsonl(tmp_path: Path) -> None:
-    open_r1 = json.dumps({"prompt": "What is 2+3?", "solution": "5",
-                          "extra_info": {"index": "b2"}})  # open-r1's processed copy
+    open_r1 = json.dumps(
+        {"prompt": "What is 2+3?", "solution": "5", "extra_info": {"index": "b2"}}
+    )  # open-r1's processed copy
     path = _write(tmp_path, "dapo_math_17k", "train", [
         _dapo_row("What is 1+1?", "2", "a1"),
         _dapo_row("What is 1+1?", "2", "a1"),  # the published file repeats every problem
@@ -286,14 +297,22 @@ def test_dapo_math_17k_from_a_local_jsonl(tmp_path: Path) -> None:
     ]
     assert problems[0].meta == {"data_source": "math_dapo"}
     for lines, message in [
-        ([_dapo_row("What is 1+1?", "2", "a1"), _dapo_row("What is 1+1?", "3", "a1")],
-         "line 2: repeats dapo_math_17k/a1 of line 1 with another question or gold"),
-        ([json.dumps({"prompt": "q", "reward_model": {"style": "rule"}})],
-         "line 1: missing field 'reward_model.ground_truth' (or 'solution')"),
-        ([_dapo_row("", "2", "a1")], "line 1: field 'prompt' holds the instruction but no "
-                                     "question"),
-        ([json.dumps({"prompt": [{"role": "system", "content": "x"}], "solution": "1"})],
-         "line 1: field 'prompt' must be a string or a list of messages with a user message"),
+        (
+            [_dapo_row("What is 1+1?", "2", "a1"), _dapo_row("What is 1+1?", "3", "a1")],
+            "line 2: repeats dapo_math_17k/a1 of line 1 with another question or gold",
+        ),
+        (
+            [json.dumps({"prompt": "q", "reward_model": {"style": "rule"}})],
+            "line 1: missing field 'reward_model.ground_truth' (or 'solution')",
+        ),
+        (
+            [_dapo_row("", "2", "a1")],
+            "line 1: field 'prompt' holds the instruction but no question",
+        ),
+        (
+            [json.dumps({"prompt": [{"role": "system", "content": "x"}], "solution": "1"})],
+            "line 1: field 'prompt' must be a string or a list of messages with a user message",
+        ),
     ]:
         path = _write(tmp_path, "dapo_math_17k", "train", lines)
         with pytest.raises(BenchmarkFormatError, match="^" + re.escape(f"{path} {message}")):
@@ -306,8 +325,10 @@ def test_dapo_math_17k_absent_offline_says_how_to_get_it(
     with pytest.raises(FileNotFoundError) as missing:
         load_benchmark("dapo_math_17k", data_dir=data_dir)
     message = str(missing.value)
-    assert message.startswith(f"{data_dir / 'dapo_math_17k' / 'train.jsonl'} (or train.parquet) "
-                              "not found: DAPO-Math-17k is not in the offline data")
+    assert message.startswith(
+        f"{data_dir / 'dapo_math_17k' / 'train.jsonl'} (or train.parquet) "
+        "not found: DAPO-Math-17k is not in the offline data"
+    )
     assert "BytedTsinghua-SIA/DAPO-Math-17k" in message
     assert "pip install 'groupwise[hub]'" in message
     # a parquet copy without pyarrow installed
@@ -315,9 +336,13 @@ def test_dapo_math_17k_absent_offline_says_how_to_get_it(
     (tmp_path / "dapo_math_17k" / "train.parquet").write_bytes(b"PAR1")
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(ImportError, match=re.escape(
+    with pytest.raises(
+        ImportError,
+        match=re.escape(
             f"reading {tmp_path / 'dapo_math_17k' / 'train.parquet'} needs pyarrow: pip install "
-            f"pyarrow, or convert the file to {tmp_path / 'dapo_math_17k' / 'train.jsonl'}")):
+            f"pyarrow, or convert the file to {tmp_path / 'dapo_math_17k' / 'train.jsonl'}"
+        ),
+    ):
         load_benchmark("dapo_math_17k", data_dir=tmp_path)
     # no data folder: the hub, which needs `datasets`
     monkeypatch.delenv("GROUPWISE_DATA", raising=False)

@@ -248,8 +248,11 @@ def test_math_verify_mode_is_math_verify_itself(math_verify_verdicts: list[Verdi
 # reading (an <answer>...</answer> block is required; the last box after the last <answer>, else
 # all the text after it), our equivalence.
 AMIR_EVAL_CASES = [
-    ("<think> 9 * 2 </think> <answer> \\boxed{18} </answer> <confidence> 0.9 </confidence>", "18",
-     "correct"),
+    (
+        "<think> 9 * 2 </think> <answer> \\boxed{18} </answer> <confidence> 0.9 </confidence>",
+        "18",
+        "correct",
+    ),
     ("<think> 9 * 2 </think> so \\boxed{18}", "18", "no_answer"),  # no answer block: graded 0
     ("<answer> 18", "18", "no_answer"),  # never closed
     ("<answer> 18 </answer>", "18", "correct"),

@@ -42,11 +42,17 @@ def test_paper_settings_of_amir_preset() -> None:
     assert (c.algorithm.eps_low, c.algorithm.eps_high, c.algorithm.kl_coef) == (0.2, 0.2, 0.0)
     assert (c.algorithm.amir, c.algorithm.beta_dpo, c.algorithm.margin) == (True, 0.5, 2.0)
     assert (c.algorithm.pair_mode, c.algorithm.ref_free, c.algorithm.lambda_measure) == (
-        "all", True, "loss"
+        "all",
+        True,
+        "loss",
     )
     a = c.algorithm
     assert (a.lambda_init, a.lambda_low, a.lambda_high, a.lambda_up, a.lambda_down) == (
-        0.01, 0.30, 0.70, 1.25, 0.8
+        0.01,
+        0.30,
+        0.70,
+        1.25,
+        0.8,
     )
     assert (a.lambda_min, a.lambda_max, a.advantage_std) == (0.005, 0.05, "unbiased")
     assert c.train.max_steps == 1000 and c.data.prompt == "amir" and c.data.benchmark == "gsm8k"
@@ -68,7 +74,9 @@ def test_paper_settings_of_lens_preset() -> None:
     """REFERENCE.md 3: paper values, and verl's defaults where the paper states none."""
     c = load_config(CONFIGS / "lens_math.yaml")
     assert (c.rollout.group_size, c.rollout.questions_per_step, c.algorithm.minibatches) == (
-        16, 128, 4
+        16,
+        128,
+        4,
     )
     assert c.rollout.questions_per_step // c.algorithm.minibatches == 32  # 512 per update
     assert c.algorithm.num_iterations == 1 and c.model.lora is False
@@ -309,8 +317,7 @@ class _Outer:
 def test_typed_config_coerces_every_annotated_type() -> None:
     from groupwise.config import build
 
-    built = build(_Outer, {"mode": "b", "rate": "1e-6", "inner": {"k": [2, 3]},
-                           "names": {"x": 1}})
+    built = build(_Outer, {"mode": "b", "rate": "1e-6", "inner": {"k": [2, 3]}, "names": {"x": 1}})
     assert built == _Outer("b", 1e-6, _Inner((2, 3)), {"x": 1.0})
     assert build(_Outer, {"inner": None}).inner == _Inner()  # an empty section: its defaults
     for data, message in [

@@ -28,6 +28,7 @@ def logged(path: Path) -> list[dict]:
     """The JSON objects of a run's JSON-lines log, in order."""
     return [row for _, row in iter_jsonl(path)]
 
+
 TESTS = Path(__file__).resolve().parent
 
 OVERRIDES = [
@@ -112,13 +113,17 @@ def test_two_processes_take_the_same_steps_as_one(tmp_path: Path, layout: str) -
                 assert a[key] == b[key], key
     # The same completions, rewards and pairs; LENS's calibrated rewards (and so advantages)
     # come from log-probs of other micro-batch compositions: equal to float rounding.
-    for a, b in zip(logged(tmp_path / "procs1" / "rollouts.jsonl"),
-                    logged(tmp_path / "procs2" / "rollouts.jsonl"), strict=True):
+    for a, b in zip(
+        logged(tmp_path / "procs1" / "rollouts.jsonl"),
+        logged(tmp_path / "procs2" / "rollouts.jsonl"),
+        strict=True,
+    ):
         assert a.keys() == b.keys()
         for key in a:
             if key in ("rewards", "advantages"):
-                torch.testing.assert_close(torch.tensor(b[key]), torch.tensor(a[key]),
-                                           atol=1e-5, rtol=0, msg=key)
+                torch.testing.assert_close(
+                    torch.tensor(b[key]), torch.tensor(a[key]), atol=1e-5, rtol=0, msg=key
+                )
             else:
                 assert a[key] == b[key], key
 

@@ -33,8 +33,9 @@ PROBLEMS = [Problem(id=f"toy-{i}", question=f"q{i}", answer="7") for i in range(
 
 def completions_for(question: str, n: int) -> list[str]:
     c = CORRECT[int(question[1:])]
-    return ["\\boxed{7}" if j < c else ("no idea" if j == n - 1 else "\\boxed{8}")
-            for j in range(n)]
+    return [
+        "\\boxed{7}" if j < c else ("no idea" if j == n - 1 else "\\boxed{8}") for j in range(n)
+    ]
 
 
 class FakeGenerator:
@@ -44,21 +45,31 @@ class FakeGenerator:
         self.calls: list[tuple[list[str], int, SamplingParams, list[int] | None]] = []
         self.fail_on_call = fail_on_call
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
-                 prompt_seeds: Sequence[int] | None = None) -> Rollouts:
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int,
+        sampling: SamplingParams,
+        prompt_seeds: Sequence[int] | None = None,
+    ) -> Rollouts:
         if self.fail_on_call is not None and len(self.calls) + 1 == self.fail_on_call:
             raise RuntimeError("simulated crash")
-        self.calls.append((list(prompts), n, sampling,
-                           None if prompt_seeds is None else list(prompt_seeds)))
+        self.calls.append(
+            (list(prompts), n, sampling, None if prompt_seeds is None else list(prompt_seeds))
+        )
         texts = [t for p in prompts for t in completions_for(p, n)]
         rows, width = len(texts), 3
         mask = torch.ones(rows, width, dtype=torch.long)
         mask[0, 2] = 0  # the first completion of each call is 2 tokens long
-        return Rollouts(prompt_ids=torch.ones(len(prompts), 2, dtype=torch.long),
-                        prompt_mask=torch.ones(len(prompts), 2, dtype=torch.long),
-                        completion_ids=torch.ones(rows, width, dtype=torch.long),
-                        completion_mask=mask, texts=texts,
-                        truncated=torch.zeros(rows, dtype=torch.bool), group_size=n)
+        return Rollouts(
+            prompt_ids=torch.ones(len(prompts), 2, dtype=torch.long),
+            prompt_mask=torch.ones(len(prompts), 2, dtype=torch.long),
+            completion_ids=torch.ones(rows, width, dtype=torch.long),
+            completion_mask=mask,
+            texts=texts,
+            truncated=torch.zeros(rows, dtype=torch.bool),
+            group_size=n,
+        )
 
 
 def fake_check(texts: list[str], golds: list[str]) -> list[Verdict]:
@@ -67,7 +78,7 @@ def fake_check(texts: list[str], golds: list[str]) -> list[Verdict]:
         if "boxed" not in text:
             out.append(Verdict("no_answer", None))
         else:
-            answer = text[len("\\boxed{"):-1]
+            answer = text[len("\\boxed{") : -1]
             out.append(Verdict("correct" if answer == gold else "wrong", answer))
     return out
 
@@ -77,13 +88,26 @@ def fake_logp(rollouts: Rollouts) -> torch.Tensor:
 
 
 def run_eval(folder: Path, generator: FakeGenerator, **overrides: object) -> dict:
-    settings = {"model": "fake", "benchmarks": ("toy",), "n": N, "ks": (1, 2, 4),
-                "batch_size": N, **overrides}  # batch_size = N: one problem per generate call
+    settings = {
+        "model": "fake",
+        "benchmarks": ("toy",),
+        "n": N,
+        "ks": (1, 2, 4),
+        "batch_size": N,
+        **overrides,
+    }  # batch_size = N: one problem per generate call
     config = EvalConfig(**settings)  # type: ignore[arg-type]
     limit = config.limit or len(PROBLEMS)
-    return evaluate(config, {"toy": PROBLEMS[:limit]}, generator, folder,
-                    prompt_fn=lambda p: p.question, logp_fn=fake_logp, check_fn=fake_check,
-                    progress=False)
+    return evaluate(
+        config,
+        {"toy": PROBLEMS[:limit]},
+        generator,
+        folder,
+        prompt_fn=lambda p: p.question,
+        logp_fn=fake_logp,
+        check_fn=fake_check,
+        progress=False,
+    )
 
 
 def test_results_match_samples_and_hand_computed_pass_at_k(tmp_path: Path) -> None:
@@ -122,8 +146,14 @@ def test_results_match_samples_and_hand_computed_pass_at_k(tmp_path: Path) -> No
     assert "| toy | 4 | 43.8 [" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "results.png").stat().st_size > 0
     problems = [json.loads(x) for x in (tmp_path / "problems.jsonl").read_text().splitlines()]
-    assert problems[0] == {"benchmark": "toy", "id": "toy-0", "question": "q0", "answer": "7",
-                           "choices": None, "level": None}
+    assert problems[0] == {
+        "benchmark": "toy",
+        "id": "toy-0",
+        "question": "q0",
+        "answer": "7",
+        "choices": None,
+        "level": None,
+    }
     assert "levels" not in toy  # no problem of toy carries a difficulty level
 
 
@@ -142,9 +172,11 @@ def test_resume_skips_done_problems(tmp_path: Path) -> None:
     assert [c[0] for c in resumed.calls] == [["q2"], ["q3"]]  # only the undone problems
     # each problem is sampled from its own stream, seeded by (seed, benchmark, problem id)
     assert resumed.calls[0][3] == [problem_seed(0, "toy", "toy-2")]
-    assert problem_seed(0, "toy", "toy-2") not in (problem_seed(1, "toy", "toy-2"),
-                                                   problem_seed(0, "toy", "toy-3"),
-                                                   problem_seed(0, "toy2", "toy-2"))
+    assert problem_seed(0, "toy", "toy-2") not in (
+        problem_seed(1, "toy", "toy-2"),
+        problem_seed(0, "toy", "toy-3"),
+        problem_seed(0, "toy2", "toy-2"),
+    )
     assert 0 <= problem_seed(0, "toy", "toy-2") < 2**63
     samples = read_samples(tmp_path / "samples.jsonl")
     assert len(samples) == 4 * N
@@ -187,26 +219,57 @@ def test_config_validation_and_presets() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     paper = config_from_args(parser.parse_args(["--model", "m", "--output", "o"]))
-    assert (paper.n, paper.ks, paper.temperature, paper.top_p, paper.max_new_tokens,
-            paper.prompt) == (8, (1, 2, 4), 0.6, 1.0, 1024, "amir")
+    assert (
+        paper.n,
+        paper.ks,
+        paper.temperature,
+        paper.top_p,
+        paper.max_new_tokens,
+        paper.prompt,
+    ) == (8, (1, 2, 4), 0.6, 1.0, 1024, "amir")
     assert paper.benchmarks[0] == "gsm8k" and len(paper.benchmarks) == 7
     assert "aqua@format=official" in paper.benchmarks  # as the paper's numbers were measured
     assert paper.checking == "amir_eval"
-    lens = config_from_args(parser.parse_args(
-        ["--model", "m", "--output", "o", "--preset", "lens", "--temperature", "0.8",
-         "--benchmarks", "math500,livemathbench:hard_en"]))
+    lens = config_from_args(
+        parser.parse_args(
+            [
+                "--model",
+                "m",
+                "--output",
+                "o",
+                "--preset",
+                "lens",
+                "--temperature",
+                "0.8",
+                "--benchmarks",
+                "math500,livemathbench:hard_en",
+            ]
+        )
+    )
     assert (lens.n, lens.ks, lens.temperature, lens.benchmarks) == (
-        16, (1, 2, 4, 8, 16), 0.8, ("math500", "livemathbench:hard_en"))
+        16,
+        (1, 2, 4, 8, 16),
+        0.8,
+        ("math500", "livemathbench:hard_en"),
+    )
 
 
 def test_results_per_level_and_levels_4_5_hand_computed(tmp_path: Path) -> None:
     # CORRECT = [0, 1, 2, 4] of N = 4; levels as MATH ("Level 5") and MATH-500 (4) write them
     levels = ["Level 5", 4, "Level 1", "Level 4"]
-    leveled = [dataclasses.replace(p, meta={"level": lv}) for p, lv in zip(PROBLEMS, levels,
-                                                                          strict=True)]
+    leveled = [
+        dataclasses.replace(p, meta={"level": lv}) for p, lv in zip(PROBLEMS, levels, strict=True)
+    ]
     config = EvalConfig(model="fake", benchmarks=("toy",), n=N, ks=(1, 2, 4), batch_size=N)
-    results = evaluate(config, {"toy": leveled}, FakeGenerator(), tmp_path,
-                       prompt_fn=lambda p: p.question, check_fn=fake_check, progress=False)
+    results = evaluate(
+        config,
+        {"toy": leveled},
+        FakeGenerator(),
+        tmp_path,
+        prompt_fn=lambda p: p.question,
+        check_fn=fake_check,
+        progress=False,
+    )
     by_level = results["toy"]["levels"]
     assert list(by_level) == ["1", "4", "5", "4-5"]
     assert [by_level[lv]["problems"] for lv in by_level] == [1, 2, 1, 3]
@@ -215,8 +278,7 @@ def test_results_per_level_and_levels_4_5_hand_computed(tmp_path: Path) -> None:
     # level 4: c = 1 and 4 -> pass@1 = (1/4 + 1) / 2; level 5: c = 0
     assert by_level["4"]["pass@1"] == pytest.approx(0.625) and by_level["5"]["pass@4"] == 0.0
     # Levels 4-5: c = 0, 1, 4 -> pass@1 = 5/12, pass@2 = (0 + 1/2 + 1) / 3, pass@4 = 2/3
-    assert [by_level["4-5"][f"pass@{k}"] for k in (1, 2, 4)] == pytest.approx([5 / 12, 0.5,
-                                                                              2 / 3])
+    assert [by_level["4-5"][f"pass@{k}"] for k in (1, 2, 4)] == pytest.approx([5 / 12, 0.5, 2 / 3])
     lo, hi = by_level["4-5"]["pass@1_ci"]
     assert lo <= 5 / 12 <= hi
     assert json.loads((tmp_path / "results.json").read_text())["toy"]["levels"] == by_level
@@ -233,8 +295,9 @@ def test_lens_preset_is_the_lens_protocol() -> None:
     MATH-500 (and its Levels 4-5, from the per-level results)."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    lens = config_from_args(parser.parse_args(["--model", "m", "--output", "o", "--preset",
-                                               "lens"]))
+    lens = config_from_args(
+        parser.parse_args(["--model", "m", "--output", "o", "--preset", "lens"])
+    )
     assert lens.benchmarks == ("math500",)
     assert (lens.n, lens.ks) == (16, (1, 2, 4, 8, 16))
     assert (lens.temperature, lens.top_p, lens.max_new_tokens) == (1.0, 1.0, 4096)
@@ -273,8 +336,9 @@ def test_former_grading_flag_and_folders_map_to_checking(
         args = parser.parse_args(["--model", "m", "--output", "o", "--grading", grading])
         assert config_from_args(args).checking == mode
         assert f"--grading {grading} is now --checking {mode}" in capsys.readouterr().err
-    both = parser.parse_args(["--model", "m", "--output", "o", "--grading", "official",
-                              "--checking", "groupwise"])
+    both = parser.parse_args(
+        ["--model", "m", "--output", "o", "--grading", "official", "--checking", "groupwise"]
+    )
     with pytest.raises(ValueError, match="--grading: is the former name of --checking"):
         config_from_args(both)
     config = EvalConfig(model="m", checking="groupwise")
@@ -313,27 +377,54 @@ def test_resolve_adapter_layouts(tmp_path: Path) -> None:
         resolve_adapter(full)
 
 
-def test_eval_end_to_end_tiny_random_with_adapter(tmp_path: Path, data_dir: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_end_to_end_tiny_random_with_adapter(
+    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from groupwise.models import attach_lora, load_model
 
     model, _ = load_model("tiny-random")
     run = tmp_path / "run"
     attach_lora(model).save_pretrained(run / "checkpoints" / "step-3" / "adapter")
     out = tmp_path / "eval"
-    argv = ["eval", "--model", "tiny-random", "--adapter", str(run), "--benchmarks", "gsm8k",
-            "--limit", "2", "--n", "2", "--k", "1,2", "--max-new-tokens", "16", "--device",
-            "cpu", "--data-dir", str(data_dir), "--quiet", "--output", str(out)]
+    argv = [
+        "eval",
+        "--model",
+        "tiny-random",
+        "--adapter",
+        str(run),
+        "--benchmarks",
+        "gsm8k",
+        "--limit",
+        "2",
+        "--n",
+        "2",
+        "--k",
+        "1,2",
+        "--max-new-tokens",
+        "16",
+        "--device",
+        "cpu",
+        "--data-dir",
+        str(data_dir),
+        "--quiet",
+        "--output",
+        str(out),
+    ]
     assert cli(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["gsm8k"]["problems"] == 2 and results["gsm8k"]["n"] == 2
-    assert set(results["gsm8k"]) >= {"pass@1", "pass@1_ci", "pass@2", "pass@2_ci", "timeouts",
-                                     "no_answer"}
+    assert set(results["gsm8k"]) >= {
+        "pass@1",
+        "pass@1_ci",
+        "pass@2",
+        "pass@2_ci",
+        "timeouts",
+        "no_answer",
+    }
     assert results["config"]["adapter"].endswith("checkpoints/step-3/adapter")
     samples = read_samples(out / "samples.jsonl")
     assert len(samples) == 4
-    assert all(1 <= s.tokens <= 16 and s.mean_logp is not None and s.mean_logp < 0
-               for s in samples)
+    assert all(1 <= s.tokens <= 16 and s.mean_logp is not None and s.mean_logp < 0 for s in samples)
     assert len({s.problem_id for s in samples}) == 2
     assert (out / "results.png").stat().st_size > 0 and (out / "results.md").is_file()
     before = (out / "samples.jsonl").read_text()
@@ -347,8 +438,9 @@ def test_eval_end_to_end_tiny_random_with_adapter(tmp_path: Path, data_dir: Path
 # ----------------------------------------------------------------------------- issue 14, item 7
 
 
-def _refused(argv: list[str], monkeypatch: pytest.MonkeyPatch,
-             capsys: pytest.CaptureFixture[str]) -> str:
+def _refused(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> str:
     """The one-line message of a refused `groupwise eval` run, exit status 2 (failing if a
     model loads)."""
     import groupwise.models
@@ -383,22 +475,56 @@ def _refused(argv: list[str], monkeypatch: pytest.MonkeyPatch,
     (["--data-dir", "no/such/folder"], "--data-dir: no folder no/such/folder"),
 ])  # fmt: skip
 def test_bad_flags_refused_before_anything_is_written(
-        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str],
-        expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    expected: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     out = tmp_path / "eval"
-    argv = ["eval", "--model", "tiny-random", "--benchmarks", "gsm8k", "--limit", "1",
-            "--data-dir", str(data_dir), "--output", str(out), "--quiet", *flags]
+    argv = [
+        "eval",
+        "--model",
+        "tiny-random",
+        "--benchmarks",
+        "gsm8k",
+        "--limit",
+        "1",
+        "--data-dir",
+        str(data_dir),
+        "--output",
+        str(out),
+        "--quiet",
+        *flags,
+    ]
     message = _refused(argv, monkeypatch, capsys)
     assert message.startswith("eval: " + expected)
     assert not out.exists()
 
 
-def test_unknown_model_refused_before_loading(tmp_path: Path, data_dir: Path,
-                                              monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_model_refused_before_loading(
+    tmp_path: Path,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     out = tmp_path / "eval"
-    message = _refused(["eval", "--model", "no such model", "--benchmarks", "gsm8k",
-                        "--data-dir", str(data_dir), "--output", str(out)], monkeypatch, capsys)
+    message = _refused(
+        [
+            "eval",
+            "--model",
+            "no such model",
+            "--benchmarks",
+            "gsm8k",
+            "--data-dir",
+            str(data_dir),
+            "--output",
+            str(out),
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert message.startswith("eval: --model: unknown model 'no such model': not an alias")
     assert not out.exists()
 
@@ -424,34 +550,50 @@ def tiny_policy() -> tuple:
     return load_model("tiny-random", seed=0)
 
 
-def _tiny_eval(folder: Path, tiny_policy: tuple, problems: list[Problem],
-               batch_size: int) -> dict:
+def _tiny_eval(folder: Path, tiny_policy: tuple, problems: list[Problem], batch_size: int) -> dict:
     """A real evaluation (tiny-random, the transformers engine, mean_logp), fake answer check."""
     from groupwise.rollout import TransformersGenerator
     from groupwise.scoring import rollout_mean_logp
 
     model, tokenizer = tiny_policy
-    config = EvalConfig(model="tiny-random", benchmarks=("gsm8k",), n=2, ks=(1, 2),
-                        temperature=1.0, max_new_tokens=6, prompt="plain",
-                        batch_size=batch_size)
-    return evaluate(config, {"gsm8k": problems},
-                    TransformersGenerator(model, tokenizer, batch_size=batch_size), folder,
-                    prompt_fn=lambda p: p.question, logp_fn=partial(rollout_mean_logp, model),
-                    check_fn=fake_check, progress=False)
+    config = EvalConfig(
+        model="tiny-random",
+        benchmarks=("gsm8k",),
+        n=2,
+        ks=(1, 2),
+        temperature=1.0,
+        max_new_tokens=6,
+        prompt="plain",
+        batch_size=batch_size,
+    )
+    return evaluate(
+        config,
+        {"gsm8k": problems},
+        TransformersGenerator(model, tokenizer, batch_size=batch_size),
+        folder,
+        prompt_fn=lambda p: p.question,
+        logp_fn=partial(rollout_mean_logp, model),
+        check_fn=fake_check,
+        progress=False,
+    )
 
 
 def _by_sample(folder: Path) -> dict[tuple[str, str, int], Sample]:
-    return {(s.benchmark, s.problem_id, s.sample): s
-            for s in read_samples(folder / "samples.jsonl")}
+    return {
+        (s.benchmark, s.problem_id, s.sample): s for s in read_samples(folder / "samples.jsonl")
+    }
 
 
 def test_resume_is_sample_exact_wherever_samples_jsonl_was_cut(
-        tmp_path: Path, data_dir: Path, tiny_policy: tuple) -> None:
+    tmp_path: Path, data_dir: Path, tiny_policy: tuple
+) -> None:
     from groupwise.data import load_benchmark
 
     # golds with a multi-byte character, so that a line can be cut inside one
-    problems = [dataclasses.replace(p, answer=f"√{p.answer}")
-                for p in load_benchmark("gsm8k", "test", data_dir=data_dir)[:5]]
+    problems = [
+        dataclasses.replace(p, answer=f"√{p.answer}")
+        for p in load_benchmark("gsm8k", "test", data_dir=data_dir)[:5]
+    ]
     full = tmp_path / "full"
     expected = _tiny_eval(full, tiny_policy, problems, batch_size=6)  # 3 problems per call
     data = (full / "samples.jsonl").read_bytes()
@@ -478,7 +620,8 @@ def test_resume_is_sample_exact_wherever_samples_jsonl_was_cut(
         assert got.keys() == want.keys(), name
         for key, sample in want.items():
             assert dataclasses.replace(got[key], mean_logp=None) == dataclasses.replace(
-                sample, mean_logp=None), (name, key)
+                sample, mean_logp=None
+            ), (name, key)
             assert got[key].mean_logp == pytest.approx(sample.mean_logp, abs=1e-5), (name, key)
         assert results["gsm8k"]["pass@2"] == expected["gsm8k"]["pass@2"], name
 
@@ -487,16 +630,33 @@ def test_resume_is_sample_exact_wherever_samples_jsonl_was_cut(
 
 
 def test_non_utf8_byte_in_an_eval_file_names_file_and_line(
-        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     bad = b'{"question": "caf\xe9?", "answer": "#### 1"}\n'  # latin-1, not UTF-8
     gsm8k = tmp_path / "data" / "gsm8k"
     gsm8k.mkdir(parents=True)
     good = (data_dir / "gsm8k" / "test.jsonl").read_bytes().splitlines(keepends=True)[:2]
     (gsm8k / "test.jsonl").write_bytes(good[0] + bad + good[1])
     out = tmp_path / "eval"
-    argv = ["eval", "--model", "tiny-random", "--benchmarks", "gsm8k", "--n", "1", "--k", "1",
-            "--data-dir", str(tmp_path / "data"), "--output", str(out), "--quiet"]
+    argv = [
+        "eval",
+        "--model",
+        "tiny-random",
+        "--benchmarks",
+        "gsm8k",
+        "--n",
+        "1",
+        "--k",
+        "1",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--output",
+        str(out),
+        "--quiet",
+    ]
     message = _refused(argv, monkeypatch, capsys)
     assert f"{gsm8k / 'test.jsonl'} line 2: not valid UTF-8 (byte 0xe9" in message
     assert not out.exists()
@@ -505,8 +665,9 @@ def test_non_utf8_byte_in_an_eval_file_names_file_and_line(
     folder = tmp_path / "folder"
     run_eval(folder, FakeGenerator(), limit=2)
     lines = (folder / "samples.jsonl").read_bytes().splitlines(keepends=True)
-    (folder / "samples.jsonl").write_bytes(lines[0] + lines[1].replace(b"toy", b"t\xffy", 1)
-                                           + b"".join(lines[2:]))
+    (folder / "samples.jsonl").write_bytes(
+        lines[0] + lines[1].replace(b"toy", b"t\xffy", 1) + b"".join(lines[2:])
+    )
     with pytest.raises(ValueError, match=r"samples.jsonl:2: not valid UTF-8 \(byte 0xff"):
         run_eval(folder, FakeGenerator(), limit=2)
     (folder / "samples.jsonl").write_bytes(b"".join(lines))

@@ -193,8 +193,14 @@ def test_difference_lines_name_what_is_distinguishable_at_every_k() -> None:
     # LENS differs from GRPO at pass@4 only; AMIR-GRPO at no k. Distinguishable differences
     # are named at every k, the others at pass@1 and the largest k only.
     def d(mean: float, apart: bool) -> dict:
-        return {"mean": mean, "seed_low": mean - 1, "seed_high": mean + 1, "problem_low": mean - 1,
-                "problem_high": mean + 1, "distinguishable": float(apart)}
+        return {
+            "mean": mean,
+            "seed_low": mean - 1,
+            "seed_high": mean + 1,
+            "problem_low": mean - 1,
+            "problem_high": mean + 1,
+            "distinguishable": float(apart),
+        }
 
     diffs = {
         "lens": {"pass@1": d(0.2, False), "pass@4": d(3.0, True), "pass@16": d(4.0, False)},
@@ -214,8 +220,14 @@ def test_mechanism_numbers_pool_steps_by_hand() -> None:
     # steps, all of them with a gradient at step 1 and none at step 2 -> 0.5 / 1.0 = 0.5.
     # Seed 1: a quarter then none all-wrong, all with a gradient -> 0.25 / 0.25 = 1.
     def steps(wrong: list, active: list, share: list, lam: list) -> dict:
-        return {"step": [1, 2], "group_all_wrong": wrong, "group_all_wrong_active": active,
-                "all_wrong_grad_share": share, "lambda": lam, "pairs_per_group": [2.0, 4.0]}
+        return {
+            "step": [1, 2],
+            "group_all_wrong": wrong,
+            "group_all_wrong_active": active,
+            "all_wrong_grad_share": share,
+            "lambda": lam,
+            "pairs_per_group": [2.0, 4.0],
+        }
 
     runs = [
         {"seed": 0, "steps": steps([0.5, 0.5], [0.5, 0.0], [0.1, 0.0], [0.005, 0.005])},
@@ -238,8 +250,11 @@ def test_the_complete_part_of_a_stopped_bench(tmp_path: Path) -> None:
     import learning_plan
 
     settings = learning_plan.BenchSettings(
-        **{**learning_plan.PRESETS["smoke"].to_dict(),
-           "levels": {"easy": ("grpo", "lens", "grpo_m2")}, "seeds": (0, 1, 2)}
+        **{
+            **learning_plan.PRESETS["smoke"].to_dict(),
+            "levels": {"easy": ("grpo", "lens", "grpo_m2")},
+            "seeds": (0, 1, 2),
+        }
     )
     done = [("grpo", 0), ("lens", 0), ("grpo", 1), ("lens", 1), ("grpo", 2), ("grpo_m2", 0)]
     for method, seed in done:

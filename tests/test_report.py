@@ -12,18 +12,33 @@ from groupwise.report import eval_tables, load_record, read_metrics
 
 
 def _results(p1: float, p2: float) -> dict:
-    return {"gsm8k": {"n": 2, "problems": 4, "pass@1": p1, "pass@1_ci": [p1 - 0.1, p1 + 0.1],
-                      "pass@2": p2, "pass@2_ci": [p2 - 0.1, p2 + 0.1], "timeouts": 0,
-                      "no_answer": 1},
-            "config": {"model": "tiny-random", "n": 2, "ks": [1, 2]}}
+    return {
+        "gsm8k": {
+            "n": 2,
+            "problems": 4,
+            "pass@1": p1,
+            "pass@1_ci": [p1 - 0.1, p1 + 0.1],
+            "pass@2": p2,
+            "pass@2_ci": [p2 - 0.1, p2 + 0.1],
+            "timeouts": 0,
+            "no_answer": 1,
+        },
+        "config": {"model": "tiny-random", "n": 2, "ks": [1, 2]},
+    }
 
 
 def _fake_run(folder: Path, steps: int, with_lambda: bool) -> Path:
     folder.mkdir(parents=True)
     lines = []
     for step in range(1, steps + 1):
-        row = {"step": step, "reward_mean": 0.1 * step, "accuracy": step / steps,
-               "group_all_correct": 0.1, "group_all_wrong": 0.5, "group_mixed": 0.4}
+        row = {
+            "step": step,
+            "reward_mean": 0.1 * step,
+            "accuracy": step / steps,
+            "group_all_correct": 0.1,
+            "group_all_wrong": 0.5,
+            "group_mixed": 0.4,
+        }
         if with_lambda:
             row["lambda"] = 0.01
         if step == 2:
@@ -47,8 +62,9 @@ def test_report_markdown_and_html(tmp_path: Path) -> None:
     assert len(rows) == 60 and "accuracy" not in rows[1]
 
     page = tmp_path / "page" / "report.md"
-    assert cli(["report", str(amir), f"GRPO={grpo}", f"base={eval_only}",
-                "--output", str(page)]) == 0
+    assert (
+        cli(["report", str(amir), f"GRPO={grpo}", f"base={eval_only}", "--output", str(page)]) == 0
+    )
     text = page.read_text()
     assert "![training curves](report-training.png)" in text
     assert (page.parent / "report-training.png").stat().st_size > 0
@@ -60,8 +76,10 @@ def test_report_markdown_and_html(tmp_path: Path) -> None:
     assert "### pass@2" in text and "| gsm8k | 50.0 [40.0, 60.0] |" in text
 
     html_page = tmp_path / "page" / "report.html"
-    assert cli(["report", str(amir), str(grpo), "--output", str(html_page),
-                "--title", "A <b> test"]) == 0
+    assert (
+        cli(["report", str(amir), str(grpo), "--output", str(html_page), "--title", "A <b> test"])
+        == 0
+    )
     html = html_page.read_text()
     assert html.startswith("<!doctype html>") and "<title>A &lt;b&gt; test</title>" in html
     assert '<img src="report-training.png"' in html and "<td>25.0 [15.0, 35.0]</td>" in html
@@ -88,8 +106,9 @@ def test_report_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_eval_tables_missing_cells() -> None:
-    tables = eval_tables({"a": _results(0.5, 0.75),
-                          "b": {"aime25": {"pass@1": 0.0, "pass@1_ci": [0.0, 0.0]}}})
+    tables = eval_tables(
+        {"a": _results(0.5, 0.75), "b": {"aime25": {"pass@1": 0.0, "pass@1_ci": [0.0, 0.0]}}}
+    )
     (k1, header, rows), (k2, _, rows2) = tables
     assert (k1, k2) == (1, 2) and header == ["benchmark", "a", "b"]
     assert rows == [["gsm8k", "50.0 [40.0, 60.0]", "-"], ["aime25", "-", "0.0 [0.0, 0.0]"]]

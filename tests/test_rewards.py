@@ -385,13 +385,14 @@ def test_strict_format_official_is_line_anchored(text: str, official: float, our
     assert strict_format(text, RIGHT) == ours
 
 
-
-
-
 def test_preset_constants() -> None:
     assert AMIR_GRPO_CHECKING == "amir_official" and LENS_CHECKING == "math_verify"
     assert set(AMIR_GRPO_WEIGHTS) == {
-        "correctness", "format_official", "integer_official", "tag_count", "calibration_official"
+        "correctness",
+        "format_official",
+        "integer_official",
+        "tag_count",
+        "calibration_official",
     }
     assert all(weight == 1.0 for weight in AMIR_GRPO_WEIGHTS.values())
     with pytest.raises(ValueError, match=r"unknown checking mode 'official'.*'amir_official'"):

@@ -91,8 +91,11 @@ def test_generate_with_nan_weights_raises_at_the_first_token() -> None:
         model.get_output_embeddings().weight[5].fill_(float("nan"))
     generator = TransformersGenerator(model, tokenizer, batch_size=8)
     for sampling in (SamplingParams(max_new_tokens=4, seed=0), SamplingParams(0.0, 1.0, 4)):
-        with pytest.raises(NonFiniteError, match=r"logits \(NaN in 6 of 6 rows\) at completion "
-                           r"token 1"):
+        with pytest.raises(
+            NonFiniteError,
+            match=r"logits \(NaN in 6 of 6 rows\) at completion "
+            r"token 1",
+        ):
             generator.generate(["Hello", "What is 2+3?"], 3, sampling)
 
 

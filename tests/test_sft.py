@@ -274,9 +274,7 @@ def test_the_command_trains_saves_and_scores(
 
     base_policy_scores = sft.base_policy_scores
     monkeypatch.setattr(sft, "base_policy_scores", few_problems)
-    overrides = [
-        f"{name}={json.dumps(value)}" for name, value in dataclasses.asdict(TINY).items()
-    ]
+    overrides = [f"{name}={json.dumps(value)}" for name, value in dataclasses.asdict(TINY).items()]
     assert sft.main(["--output", str(tmp_path / "policy"), *overrides]) == 0
     folder = tmp_path / "policy"
     record = json.loads((folder / sft.SETTINGS_FILE).read_text())
@@ -290,4 +288,3 @@ def test_the_command_trains_saves_and_scores(
         sft.main(["--output", str(tmp_path / "other"), "step=3"])
     assert exit_info.value.code == 2
     assert "unknown key 'step'" in capsys.readouterr().err
-

@@ -33,9 +33,14 @@ def _imported_names(path: Path, module: str) -> set[str]:
                 base = ".".join([*parts, base] if base else parts)
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "import_module" and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             names.add(node.args[0].value)
     return names
 
@@ -103,25 +108,31 @@ def test_import_graph_sees_imports_inside_functions(tmp_path: Path) -> None:
     (root / "a.py").write_text("def f():\n    from pkg.sub.b import g\n")
     (root / "sub" / "b.py").write_text(
         "import importlib\nfrom .. import a\nfrom pkg import sub\n"
-        "def h():\n    importlib.import_module('pkg.c')\n")
+        "def h():\n    importlib.import_module('pkg.c')\n"
+    )
     (root / "c.py").write_text("")
     graph = import_graph(root)
     # b -> sub (its own package) is not an edge; sub -> b is
-    assert graph == {"pkg": set(), "pkg.sub": {"pkg.sub.b"}, "pkg.a": {"pkg.sub.b"},
-                     "pkg.sub.b": {"pkg.a", "pkg.c"}, "pkg.c": set()}
+    assert graph == {
+        "pkg": set(),
+        "pkg.sub": {"pkg.sub.b"},
+        "pkg.a": {"pkg.sub.b"},
+        "pkg.sub.b": {"pkg.a", "pkg.c"},
+        "pkg.c": set(),
+    }
     assert cycles(graph) == [["pkg.a", "pkg.sub.b"]]
 
 
 def test_no_import_cycles() -> None:
     loops = cycles(import_graph())
-    assert not loops, "modules that import each other: " + "; ".join(" <-> ".join(c)
-                                                                      for c in loops)
+    assert not loops, "modules that import each other: " + "; ".join(" <-> ".join(c) for c in loops)
 
 
 def test_nothing_imports_cli_and_algorithms_import_only_themselves() -> None:
     graph = import_graph()
-    assert [m for m, deps in graph.items()
-            if "groupwise.cli" in deps and m != "groupwise.__main__"] == []
+    assert [
+        m for m, deps in graph.items() if "groupwise.cli" in deps and m != "groupwise.__main__"
+    ] == []
     for module in (m for m in graph if m.startswith("groupwise.algorithms")):
         outside = {d for d in graph[module] if not d.startswith("groupwise.algorithms")}
         assert not outside, f"{module} imports {sorted(outside)}"
@@ -145,7 +156,8 @@ def test_bench_has_no_import_cycles_and_its_plans_are_leaves() -> None:
     graph = bench_graph()
     loops = cycles(graph)
     assert not loops, "bench modules that import each other: " + "; ".join(
-        " <-> ".join(c) for c in loops)
+        " <-> ".join(c) for c in loops
+    )
     assert graph["learning_plan"] == set() and graph["learning_stats"] == set()
     assert "learning" not in graph["learning_report"]
 
@@ -159,6 +171,7 @@ def test_no_function_of_the_engines_is_longer_than_50_lines() -> None:
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     lines = node.end_lineno - node.lineno + 1
                     if lines > 50:
-                        long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} "
-                                    f"({lines} lines)")
+                        long.append(
+                            f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines} lines)"
+                        )
     assert not long, "functions over 50 lines: " + "; ".join(long)

@@ -32,8 +32,15 @@ L_OLD = torch.tensor([-0.2, -1.0, -0.6, -0.5, -0.9, -1.4])
 
 
 def batch(**extra) -> GroupRewards:
-    return GroupRewards(REWARDS, CORRECT, 3, correctness=CORRECT.float(), correct_reward=1.0,
-                        mean_logp_old=L_OLD, **extra)
+    return GroupRewards(
+        REWARDS,
+        CORRECT,
+        3,
+        correctness=CORRECT.float(),
+        correct_reward=1.0,
+        mean_logp_old=L_OLD,
+        **extra,
+    )
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "lens"])
@@ -47,13 +54,20 @@ def test_group_targets_is_the_estimator_then_pairs_on_its_totals_then_coefficien
     terms = preference_coefficients(L_OLD, None, chosen, rejected, 0.5)
     assert torch.equal(targets.advantages, result.advantages)
     assert torch.equal(targets.rewards, result.rewards)
-    assert (targets.chosen.tolist(), targets.rejected.tolist()) == (chosen.tolist(),
-                                                                   rejected.tolist())
+    assert (targets.chosen.tolist(), targets.rejected.tolist()) == (
+        chosen.tolist(),
+        rejected.tolist(),
+    )
     assert torch.equal(targets.coefficients, terms.coefficients)
     if estimator == "grpo":
         # by hand: gaps above 0.15 are (0,1) (0,2) (1,2) in group 0, (3,4) (3,5) in group 1
         assert list(zip(chosen.tolist(), rejected.tolist(), strict=True)) == [
-            (0, 1), (0, 2), (1, 2), (3, 4), (3, 5)]
+            (0, 1),
+            (0, 2),
+            (1, 2),
+            (3, 4),
+            (3, 5),
+        ]
         # row 1 is rejected in (0, 1) and chosen in (1, 2): c_1 = (beta / P) [s(-z01) - s(-z12)]
         z01, z12 = 0.5 * (-0.2 - -1.0), 0.5 * (-1.0 - -0.6)
         expected = 0.5 / 5 * (1 / (1 + math.exp(z01)) - 1 / (1 + math.exp(z12)))
@@ -68,8 +82,12 @@ def test_coefficients_later_and_of_a_part_add_up_to_the_whole() -> None:
     whole = group_targets(batch(), est, settings, pairs)
     later = group_targets(batch(), est, settings, pairs, coefficients=False)
     assert later.coefficients is None and later.num_pairs == whole.num_pairs
-    parts = [later.select(torch.arange(s, s + 3)).with_coefficients(
-        L_OLD[s:s + 3], None, 0.5, num_pairs=whole.num_pairs) for s in (0, 3)]
+    parts = [
+        later.select(torch.arange(s, s + 3)).with_coefficients(
+            L_OLD[s : s + 3], None, 0.5, num_pairs=whole.num_pairs
+        )
+        for s in (0, 3)
+    ]
     torch.testing.assert_close(torch.cat([p.coefficients for p in parts]), whole.coefficients)
     assert sum(p.num_pairs for p in parts) == whole.num_pairs
     second = later.select(torch.arange(3, 6))
@@ -79,11 +97,17 @@ def test_coefficients_later_and_of_a_part_add_up_to_the_whole() -> None:
 def test_unscorable_rows_leave_their_group_out() -> None:
     est = get_advantage_estimator("lens")
     scorable = torch.tensor([True, True, True, True, False, True])
-    targets = group_targets(batch(), est, AdvantageSettings(), PairSettings(margin=0.05),
-                            scorable=scorable)
-    alone = group_targets(GroupRewards(REWARDS[:3], CORRECT[:3], 3, correctness=CORRECT[:3].float(),
-                                       mean_logp_old=L_OLD[:3]), est, AdvantageSettings(),
-                          PairSettings(margin=0.05), )
+    targets = group_targets(
+        batch(), est, AdvantageSettings(), PairSettings(margin=0.05), scorable=scorable
+    )
+    alone = group_targets(
+        GroupRewards(
+            REWARDS[:3], CORRECT[:3], 3, correctness=CORRECT[:3].float(), mean_logp_old=L_OLD[:3]
+        ),
+        est,
+        AdvantageSettings(),
+        PairSettings(margin=0.05),
+    )
     assert targets.advantages[3:].tolist() == [0.0, 0.0, 0.0]
     assert targets.advantages[:3].tolist() == alone.advantages.tolist()
     assert bool((targets.chosen < 3).all()) and targets.num_pairs == alone.num_pairs
@@ -107,10 +131,24 @@ def test_the_largest_reward_gap_and_a_margin_above_it() -> None:
 
 def test_our_config_refuses_a_margin_no_pair_can_exceed() -> None:
     with pytest.raises(ConfigError, match=r"algorithm.margin=1 is not below 1"):
-        load_config(None, ["algorithm.amir=true", "algorithm.margin=1.0",
-                           "reward.weights={binary: 1.0}", "reward.correctness_component=binary"])
-    load_config(None, ["algorithm.amir=true", "algorithm.margin=0.5",
-                       "reward.weights={binary: 1.0}", "reward.correctness_component=binary"])
+        load_config(
+            None,
+            [
+                "algorithm.amir=true",
+                "algorithm.margin=1.0",
+                "reward.weights={binary: 1.0}",
+                "reward.correctness_component=binary",
+            ],
+        )
+    load_config(
+        None,
+        [
+            "algorithm.amir=true",
+            "algorithm.margin=0.5",
+            "reward.weights={binary: 1.0}",
+            "reward.correctness_component=binary",
+        ],
+    )
 
 
 def test_a_batch_without_pairs_but_with_differing_rewards_is_warned_about_once() -> None:

@@ -28,6 +28,7 @@ def logged(path: Path) -> list[dict]:
     """The JSON objects of a run's JSON-lines log, in order."""
     return [row for _, row in iter_jsonl(path)]
 
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 

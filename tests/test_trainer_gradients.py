@@ -412,11 +412,21 @@ def fixed_batch_trainer(
     recorder = SGDRecorder(trainer.params)
     trainer.updater.optimizer = recorder
     rollouts = Rollouts(
-        PROMPT_IDS, PROMPT_MASK, COMPLETION_IDS, COMPLETION_MASK, ["a", "b", "c", "d"],
-        torch.zeros(4, dtype=torch.bool), G,
+        PROMPT_IDS,
+        PROMPT_MASK,
+        COMPLETION_IDS,
+        COMPLETION_MASK,
+        ["a", "b", "c", "d"],
+        torch.zeros(4, dtype=torch.bool),
+        G,
     )
-    batch = ScoredBatch(rollouts, torch.arange(4), _scores(case.columns, correct), rollouts.texts,
-                      rollouts.truncated)
+    batch = ScoredBatch(
+        rollouts,
+        torch.arange(4),
+        _scores(case.columns, correct),
+        rollouts.texts,
+        rollouts.truncated,
+    )
     with torch.no_grad():
         olds = [lp.detach() for lp in row_logps(model)]
         with model.disable_adapter():
@@ -468,8 +478,11 @@ def test_all_wrong_gradient_share(
     # to the all-wrong rows, weighted by their share of the batch.
     binary = [float(c) for c in correct]
     case = Case(
-        [f"algorithm.advantage={advantage}", "train.micro_batch_size=2",
-         "train.log_all_wrong_gradient=true"],
+        [
+            f"algorithm.advantage={advantage}",
+            "train.micro_batch_size=2",
+            "train.log_all_wrong_gradient=true",
+        ],
         grpo_case,
         columns={"binary": binary},
     )
@@ -482,8 +495,11 @@ def test_all_wrong_gradient_share(
             p.copy_(w)
     logps = row_logps(trainer.model)
     pbar = [math.exp(float(o.mean())) for o in olds]
-    a = (grpo_advantages(binary) if advantage == "grpo"
-         else lens_advantages(lens_rt(correct, pbar), binary, correct, "full"))
+    a = (
+        grpo_advantages(binary)
+        if advantage == "grpo"
+        else lens_advantages(lens_rt(correct, pbar), binary, correct, "full")
+    )
     wrong = [i for i in ALL if not any(correct[i - i % G : i - i % G + G])]
     total = norm(flat_grad(surrogate(logps, olds, a, ALL), trainer.params))
     part = norm(flat_grad(surrogate(logps, olds, a, wrong) * len(wrong) / 4, trainer.params))

@@ -116,9 +116,7 @@ def relative_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
 
 
 def direct_logps(initial: torch.nn.Module, tokenizer) -> list[torch.Tensor]:
-    return [
-        fx.row_logps(initial, fx.prompt_ids(tokenizer, r), fx.COMPLETIONS[r]) for r in range(B)
-    ]
+    return [fx.row_logps(initial, fx.prompt_ids(tokenizer, r), fx.COMPLETIONS[r]) for r in range(B)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,15 +276,26 @@ def first_micro_batch_lambda(initial, tokenizer, rows: list[int]) -> float:
 GRADIENT_CASES = {
     # name: (options, scale of the AMIR term per optimizer step)
     "amir, fixed lambda": (
-        {"amir": True, "amir_lambda_measure": "fixed", "amir_lambda_init": 0.05}, 1.0
+        {"amir": True, "amir_lambda_measure": "fixed", "amir_lambda_init": 0.05},
+        1.0,
     ),
-    "lens": ({"advantage_estimator": "lens", "per_device_train_batch_size": 12,
-              "gradient_accumulation_steps": 1}, 1.0),
+    "lens": (
+        {
+            "advantage_estimator": "lens",
+            "per_device_train_batch_size": 12,
+            "gradient_accumulation_steps": 1,
+        },
+        1.0,
+    ),
     # a generation batch over 2 optimizer steps (TRL's old log-probs; the first step sees half
     # the rows, so its AMIR term counts twice); lambda from the first micro-batch's loss
     "amir+lens, 2 steps per generation": (
-        {"amir": True, "advantage_estimator": "lens", "per_device_train_batch_size": 3,
-         "steps_per_generation": 4},
+        {
+            "amir": True,
+            "advantage_estimator": "lens",
+            "per_device_train_batch_size": 3,
+            "steps_per_generation": 4,
+        },
         2.0,
     ),
 }
@@ -489,7 +498,10 @@ def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
     example = _example()
     _, args = example.parse_args(["--amir", "--advantage_estimator", "lens", "--bf16", "false"])
     assert (args.amir, args.advantage_estimator, args.loss_type, args.max_grad_norm) == (
-        True, "lens", "grpo", 0.1
+        True,
+        "lens",
+        "grpo",
+        0.1,
     )
     trainer = example.main(
         [
@@ -506,7 +518,11 @@ def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
     assert trainer.args.correctness_reward == "correctness"
     assert trainer.args.correctness_value == 2.0
     assert [f.__name__ for f in trainer.reward_funcs] == [
-        "correctness", "format_official", "integer_official", "tag_count", "calibration_official"
+        "correctness",
+        "format_official",
+        "integer_official",
+        "tag_count",
+        "calibration_official",
     ]
     assert math.isfinite(log["loss"]) and "amir/lambda" in log and "groups/all_wrong" in log
     assert (tmp_path / "adapter_model.safetensors").is_file()
@@ -565,10 +581,15 @@ def test_trl_reward_columns_map_onto_the_core() -> None:
     assert batch.rewards.tolist() == [1.0, 0.0, 1.0, 1.5]  # a None counts 0 in the total
     lens = get_advantage_estimator("lens")
     pairs = PairSettings(margin=0.4, beta=0.5)
-    targets = group_targets(batch, lens, AdvantageSettings(), pairs,
-                            scorable=scorable_rows(rewards))
-    alone = group_targets(group_rewards(rewards[2:], weights, 2, correctness, required=True,
-                                        mean_logp_old=logp[2:]), lens, AdvantageSettings(), pairs)
+    targets = group_targets(
+        batch, lens, AdvantageSettings(), pairs, scorable=scorable_rows(rewards)
+    )
+    alone = group_targets(
+        group_rewards(rewards[2:], weights, 2, correctness, required=True, mean_logp_old=logp[2:]),
+        lens,
+        AdvantageSettings(),
+        pairs,
+    )
     assert targets.advantages[:2].tolist() == [0.0, 0.0]
     assert targets.advantages[2:].tolist() == alone.advantages.tolist()
     assert alone.advantages.abs().sum() > 0

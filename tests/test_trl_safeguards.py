@@ -48,22 +48,41 @@ def test_a_margin_above_a_known_reward_range_is_refused_when_the_trainer_is_buil
         fx.trainer(tmp_path, reward_funcs=[fx.correct], amir=True, amir_margin=1.0)
     # under LENS a wrong answer's reward reaches -1/G: the gap is 1 + 1/4
     with pytest.raises(ValueError, match=r"amir_margin=1.25 is not below 1.25"):
-        fx.trainer(tmp_path, reward_funcs=[fx.correct], amir=True, amir_margin=1.25,
-                   advantage_estimator="lens")
-    fx.trainer(tmp_path, reward_funcs=[fx.correct], amir=True, amir_margin=1.2,
-               advantage_estimator="lens")
+        fx.trainer(
+            tmp_path,
+            reward_funcs=[fx.correct],
+            amir=True,
+            amir_margin=1.25,
+            advantage_estimator="lens",
+        )
+    fx.trainer(
+        tmp_path, reward_funcs=[fx.correct], amir=True, amir_margin=1.2, advantage_estimator="lens"
+    )
     # groupwise's reward functions declare their ranges: the default margin 2.0 with binary
     funcs, weights = reward_functions({"binary": 1.0})
     with pytest.raises(ValueError, match=r"amir_margin=2 is not below 1"):
-        fx.trainer(tmp_path, reward_funcs=funcs, amir=True, amir_margin=2.0,
-                   correctness_reward=None, reward_weights=weights)
+        fx.trainer(
+            tmp_path,
+            reward_funcs=funcs,
+            amir=True,
+            amir_margin=2.0,
+            correctness_reward=None,
+            reward_weights=weights,
+        )
 
 
 def test_a_margin_that_mines_no_pair_is_warned_about_once(tmp_path: Path) -> None:
     # an unnamed 0/1 reward has no known range: the trainer builds, and the first generation
     # batch with groups whose rewards differ (group 0: 1 0 0 1) and no pair says so
-    built, _, _ = fx.trainer(tmp_path, reward_funcs=[binary], amir=True, amir_margin=2.0,
-                             correctness_reward=None, max_steps=2, **ONE_MICRO_BATCH)
+    built, _, _ = fx.trainer(
+        tmp_path,
+        reward_funcs=[binary],
+        amir=True,
+        amir_margin=2.0,
+        correctness_reward=None,
+        max_steps=2,
+        **ONE_MICRO_BATCH,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         built.train()
@@ -81,8 +100,9 @@ def placeholder_rollout(prompts, trainer):
     """A rollout_func returning the fixed completions with placeholder log-probs (all 0)."""
     tokenizer = trainer.processing_class
     start = trainer.accelerator.process_index * len(prompts)
-    completions = [list(fx.COMPLETIONS[(start + r) % len(fx.COMPLETIONS)])
-                   for r in range(len(prompts))]
+    completions = [
+        list(fx.COMPLETIONS[(start + r) % len(fx.COMPLETIONS)]) for r in range(len(prompts))
+    ]
     return {
         "prompt_ids": [tokenizer(text=p)["input_ids"] for p in prompts],
         "completion_ids": completions,
@@ -99,10 +119,12 @@ class OldPolicy(adapter.GroupwiseGRPOTrainer):
         self.trl_old: dict[int, float] = {}
         self._forward: torch.Tensor | None = None
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask,
-                                           logits_to_keep, **kwargs):
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, **kwargs
+    ):
         result = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, **kwargs)
+            model, input_ids, attention_mask, logits_to_keep, **kwargs
+        )
         if self._capturing and self._forward is None:
             self._forward = result[0].detach()
         return result
@@ -123,13 +145,20 @@ def test_placeholder_sampling_logprobs_are_not_the_old_policy(
 ) -> None:
     used = []
     core = adapter.group_targets
-    monkeypatch.setattr(adapter, "group_targets",
-                        lambda rewards, *a, **k: used.append(rewards.mean_logp_old) or
-                        core(rewards, *a, **k))
+    monkeypatch.setattr(
+        adapter,
+        "group_targets",
+        lambda rewards, *a, **k: used.append(rewards.mean_logp_old) or core(rewards, *a, **k),
+    )
     model, tokenizer = fx.tiny_model()
-    built = OldPolicy(model=model, reward_funcs=[fx.correct, fx.bonus], train_dataset=fx.dataset(),
-                      args=fx.config(tmp_path, advantage_estimator="lens", amir=True, **layout),
-                      processing_class=tokenizer, rollout_func=placeholder_rollout)
+    built = OldPolicy(
+        model=model,
+        reward_funcs=[fx.correct, fx.bonus],
+        train_dataset=fx.dataset(),
+        args=fx.config(tmp_path, advantage_estimator="lens", amir=True, **layout),
+        processing_class=tokenizer,
+        rollout_func=placeholder_rollout,
+    )
     built.train()
     (mean_logp_old,) = used
     assert sorted(built.trl_old) == list(range(12))
@@ -144,20 +173,29 @@ def test_placeholder_sampling_logprobs_are_not_the_old_policy(
 
 def correct_or_none(prompts, completions, completion_ids, **_):
     values = fx.correct(prompts, completions, completion_ids)
-    return [None if fx.ROW[tuple(ids)] == 0 else v
-            for ids, v in zip(completion_ids, values, strict=True)]
+    return [
+        None if fx.ROW[tuple(ids)] == 0 else v
+        for ids, v in zip(completion_ids, values, strict=True)
+    ]
 
 
 def bonus_or_none(prompts, completions, completion_ids, **_):
     values = fx.bonus(prompts, completions, completion_ids)
-    return [None if fx.ROW[tuple(ids)] == 0 else v
-            for ids, v in zip(completion_ids, values, strict=True)]
+    return [
+        None if fx.ROW[tuple(ids)] == 0 else v
+        for ids, v in zip(completion_ids, values, strict=True)
+    ]
 
 
 def test_a_completion_without_any_reward_leaves_its_group_out(tmp_path: Path) -> None:
     correct_or_none.__name__, bonus_or_none.__name__ = "correct", "bonus"
-    built, _, _ = fx.trainer(tmp_path, reward_funcs=[correct_or_none, bonus_or_none], amir=True,
-                             advantage_estimator="lens", **ONE_MICRO_BATCH)
+    built, _, _ = fx.trainer(
+        tmp_path,
+        reward_funcs=[correct_or_none, bonus_or_none],
+        amir=True,
+        advantage_estimator="lens",
+        **ONE_MICRO_BATCH,
+    )
     built.train()  # TRL goes on; so does the adapter
     (seen,) = built.seen
     by_row = dict(zip(seen["rows"], seen["advantages"].tolist(), strict=True))
@@ -171,12 +209,26 @@ def test_a_completion_without_any_reward_leaves_its_group_out(tmp_path: Path) ->
 def test_lens_refuses_a_groupwise_reward_that_is_not_a_correctness_reward(tmp_path: Path) -> None:
     funcs, weights = reward_functions({"format": 1.0, "binary": 1.0})
     with pytest.raises(ValueError, match=r"reward function 'format' is not a correctness reward"):
-        fx.trainer(tmp_path, reward_funcs=funcs, reward_weights=weights,
-                   correctness_reward="format", advantage_estimator="lens")
-    with pytest.raises(ValueError, match=r"'binary' returns 1 for a correct answer, but "
-                                         r"correctness_value=2"):
-        fx.trainer(tmp_path, reward_funcs=funcs, reward_weights=weights,
-                   correctness_reward="binary", correctness_value=2.0, advantage_estimator="lens")
+        fx.trainer(
+            tmp_path,
+            reward_funcs=funcs,
+            reward_weights=weights,
+            correctness_reward="format",
+            advantage_estimator="lens",
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"'binary' returns 1 for a correct answer, but "
+        r"correctness_value=2",
+    ):
+        fx.trainer(
+            tmp_path,
+            reward_funcs=funcs,
+            reward_weights=weights,
+            correctness_reward="binary",
+            correctness_value=2.0,
+            advantage_estimator="lens",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,10 +264,18 @@ def test_every_shared_option_has_its_trl_name_and_default() -> None:
         assert option_fields()[name].metadata["doc"] in config_fields[trl_name].metadata["help"]
     prefixed = [t for n, t in TRL_NAMES.items() if n not in ("advantage", "amir")]
     assert all(t.startswith(("amir_", "lens_")) for t in prefixed)
-    args = GroupwiseGRPOConfig(output_dir="x", use_cpu=True, report_to=[], amir=True,
-                               amir_margin=0.3, amir_beta=0.2, advantage_estimator="lens")
-    assert args.algorithm_options() == AlgorithmOptions(amir=True, margin=0.3, beta_dpo=0.2,
-                                                        advantage="lens")
+    args = GroupwiseGRPOConfig(
+        output_dir="x",
+        use_cpu=True,
+        report_to=[],
+        amir=True,
+        amir_margin=0.3,
+        amir_beta=0.2,
+        advantage_estimator="lens",
+    )
+    assert args.algorithm_options() == AlgorithmOptions(
+        amir=True, margin=0.3, beta_dpo=0.2, advantage="lens"
+    )
 
 
 def non_binary(prompts, completions, completion_ids, **_):
@@ -230,8 +290,11 @@ def test_with_amir_and_lens_off_the_trainer_is_trls_and_silent(tmp_path: Path) -
     # a non-binary reward named as the correctness reward: nothing to check, nothing to say
     logs, said = {}, {}
     for name, cls, args in [
-        ("groupwise", fx.Recording,
-         fx.config(tmp_path / "g", correctness_reward="non_binary", **ONE_MICRO_BATCH)),
+        (
+            "groupwise",
+            fx.Recording,
+            fx.config(tmp_path / "g", correctness_reward="non_binary", **ONE_MICRO_BATCH),
+        ),
         ("trl", PlainTRL, fx.trl_config(tmp_path / "t", **ONE_MICRO_BATCH)),
     ]:
         built, _, _ = fx.trainer(tmp_path / name, cls=cls, reward_funcs=[non_binary], args=args)

@@ -27,13 +27,23 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.parametrize("correction", ["on", "off"])
-def test_colocate_trains_and_uses_trls_old_policy(model_dir: str, tmp_path: Path,
-                                                  correction: str) -> None:
+def test_colocate_trains_and_uses_trls_old_policy(
+    model_dir: str, tmp_path: Path, correction: str
+) -> None:
     out = tmp_path / "run.json"
     subprocess.run(
-        [sys.executable, str(TESTS / "vllm_trl_run.py"), model_dir, str(out),
-         "--correction", correction, "--steps", "3"],
-        check=True, timeout=900,
+        [
+            sys.executable,
+            str(TESTS / "vllm_trl_run.py"),
+            model_dir,
+            str(out),
+            "--correction",
+            correction,
+            "--steps",
+            "3",
+        ],
+        check=True,
+        timeout=900,
     )
     run = json.loads(out.read_text())
     logs = [e for e in run["log_history"] if "loss" in e]

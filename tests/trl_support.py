@@ -190,9 +190,7 @@ def prompt_ids(tokenizer: Any, row: int) -> list[int]:
     return tokenizer(text=[PROMPTS[row // G]])["input_ids"][0]
 
 
-def row_logps(
-    model: torch.nn.Module, prompt: list[int], completion: list[int]
-) -> torch.Tensor:
+def row_logps(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> torch.Tensor:
     """log pi(o_t | q, o_<t) of one completion at the sampling temperature, from its own
     unpadded forward pass (with gradient)."""
     ids = torch.tensor([prompt + completion])

@@ -34,10 +34,17 @@ def tiny_vllm_model(folder: str) -> str:
 
     _, tokenizer = load_model("tiny-random")
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-        tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(folder)
@@ -72,10 +79,12 @@ def recording_trainer():
 
             adapter.group_targets = group_targets
 
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask,
-                                               logits_to_keep, **kwargs):
+        def _get_per_token_logps_and_entropies(
+            self, model, input_ids, attention_mask, logits_to_keep, **kwargs
+        ):
             result = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, **kwargs)
+                model, input_ids, attention_mask, logits_to_keep, **kwargs
+            )
             if self._capturing and self._forward is None:
                 self._forward = result[0].detach()
             return result
@@ -104,11 +113,14 @@ def weight_sync_check(trainer, model_dir: str, prompt: str) -> dict[str, float]:
     trainer.vllm_generation.sync_weights()
     ids = trainer.processing_class(text=prompt)["input_ids"]
     sampled = trainer.vllm_generation.llm.generate(
-        [{"prompt_token_ids": ids}], SamplingParams(max_tokens=8, logprobs=0, seed=0),
-        use_tqdm=False)[0].outputs[0]
+        [{"prompt_token_ids": ids}],
+        SamplingParams(max_tokens=8, logprobs=0, seed=0),
+        use_tqdm=False,
+    )[0].outputs[0]
     completion = list(sampled.token_ids)
-    vllm = torch.tensor([step[token].logprob for step, token in
-                         zip(sampled.logprobs, completion, strict=True)])
+    vllm = torch.tensor(
+        [step[token].logprob for step, token in zip(sampled.logprobs, completion, strict=True)]
+    )
 
     def logps(policy) -> torch.Tensor:
         with torch.no_grad():
@@ -117,8 +129,10 @@ def weight_sync_check(trainer, model_dir: str, prompt: str) -> dict[str, float]:
         return picked.gather(1, torch.tensor(completion)[:, None]).squeeze(1)
 
     initial = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    return {"vllm_vs_trained": float((vllm - logps(trainer.model)).abs().max()),
-            "vllm_vs_initial": float((vllm - logps(initial)).abs().max())}
+    return {
+        "vllm_vs_trained": float((vllm - logps(trainer.model)).abs().max()),
+        "vllm_vs_initial": float((vllm - logps(initial)).abs().max()),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,35 +153,57 @@ def main(argv: list[str] | None = None) -> None:
     model = args.model if os.path.isdir(args.model) else tiny_vllm_model(args.model)
     prompts = [f"What is {i} + {2 * i}? Answer:" for i in range(8)]
     config = GroupwiseGRPOConfig(
-        output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to=[], seed=0,
-        per_device_train_batch_size=8, num_generations=4, max_completion_length=args.tokens,
-        max_steps=args.steps, logging_steps=1, save_strategy="no", learning_rate=args.learning_rate,
-        optim="sgd", lr_scheduler_type="constant", max_grad_norm=1.0,
-        use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3,
+        output_dir=tempfile.mkdtemp(),
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        seed=0,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=args.tokens,
+        max_steps=args.steps,
+        logging_steps=1,
+        save_strategy="no",
+        learning_rate=args.learning_rate,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        max_grad_norm=1.0,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=0.3,
         vllm_importance_sampling_correction=args.correction == "on",
-        amir=True, amir_margin=0.5, advantage_estimator="lens", correctness_reward="correct",
+        amir=True,
+        amir_margin=0.5,
+        advantage_estimator="lens",
+        correctness_reward="correct",
     )
     start = time.perf_counter()
     trainer = recording_trainer()(
-        model=model, reward_funcs=[correct, bonus], args=config,
+        model=model,
+        reward_funcs=[correct, bonus],
+        args=config,
         train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
         peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear")
-        if args.lora else None,
+        if args.lora
+        else None,
     )
     built = time.perf_counter()
     trainer.train()
     done = time.perf_counter()
     synced = weight_sync_check(trainer, model, prompts[0])
     with open(args.out, "w") as handle:
-        json.dump({
-            **synced,
-            "used": trainer.used,
-            "trl_old": [[batch[row] for row in sorted(batch)] for batch in trainer.trl_old],
-            "had_old": trainer.had_old,
-            "log_history": trainer.state.log_history,
-            "seconds_build": built - start,
-            "seconds_train": done - built,
-        }, handle)
+        json.dump(
+            {
+                **synced,
+                "used": trainer.used,
+                "trl_old": [[batch[row] for row in sorted(batch)] for batch in trainer.trl_old],
+                "had_old": trainer.had_old,
+                "log_history": trainer.state.log_history,
+                "seconds_build": built - start,
+                "seconds_train": done - built,
+            },
+            handle,
+        )
 
 
 if __name__ == "__main__":

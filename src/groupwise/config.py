@@ -129,8 +129,10 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         key_tp, value_tp = get_args(tp)
-        return {coerce(k, key_tp, f"{key}.{k}"): coerce(v, value_tp, f"{key}.{k}")
-                for k, v in value.items()}
+        return {
+            coerce(k, key_tp, f"{key}.{k}"): coerce(v, value_tp, f"{key}.{k}")
+            for k, v in value.items()
+        }
     return _coerce_scalar(value, tp, key)
 
 

@@ -482,7 +482,7 @@ def save_merged(
 
 
 def default_device() -> str:
-    """"cuda" when a GPU is visible, else "cpu"."""
+    """ "cuda" when a GPU is visible, else "cpu"."""
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 

@@ -28,8 +28,10 @@ RESULTS_FILE = "results.json"
 
 VERDICTS = ("correct", "wrong", "no_answer", "timeout", "error")
 
-MEAN_LOGP_NOTE = ("mean_logp: mean token log-prob of the completion under the generating model, "
-                  "forward pass over prompt + completion at temperature 1 (raw distribution)")
+MEAN_LOGP_NOTE = (
+    "mean_logp: mean token log-prob of the completion under the generating model, "
+    "forward pass over prompt + completion at temperature 1 (raw distribution)"
+)
 
 ProblemKey = tuple[str, str]  # (benchmark, problem id)
 
@@ -103,12 +105,14 @@ def _decode(path: Path, number: int, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise JsonFileError(path, number, f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at "
-                                          f"column {err.start + 1})") from None
+        raise JsonFileError(
+            path, number, f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
+        ) from None
 
 
-def iter_jsonl(path: str | Path, on_torn_tail: Callable[[int], None] | None = None
-               ) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(
+    path: str | Path, on_torn_tail: Callable[[int], None] | None = None
+) -> Iterator[tuple[int, Any]]:
     """(line number, parsed object) for every non-blank line of a JSON-lines file, streamed.
 
     A line that is not UTF-8 or not JSON raises JsonFileError naming the file and line. The one
@@ -174,16 +178,21 @@ def _sample_from(obj: Any, where: str) -> Sample:
     fields: dict[str, Any] = {}
     for name, kinds in _SAMPLE_TYPES.items():
         if name not in obj:
-            raise ValueError(f"{where}: missing field {name!r} "
-                             f"(fields: {', '.join(_SAMPLE_TYPES)})")
+            raise ValueError(
+                f"{where}: missing field {name!r} (fields: {', '.join(_SAMPLE_TYPES)})"
+            )
         value = obj[name]
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ValueError(f"{where}: field {name!r} has type {type(value).__name__}, "
-                             f"expected {' or '.join(k.__name__ for k in kinds)}")
+            raise ValueError(
+                f"{where}: field {name!r} has type {type(value).__name__}, "
+                f"expected {' or '.join(k.__name__ for k in kinds)}"
+            )
         fields[name] = value
     if fields["verdict"] not in VERDICTS:
-        raise ValueError(f"{where}: field 'verdict' is {fields['verdict']!r}, "
-                         f"expected one of {', '.join(VERDICTS)}")
+        raise ValueError(
+            f"{where}: field 'verdict' is {fields['verdict']!r}, "
+            f"expected one of {', '.join(VERDICTS)}"
+        )
     for name in ("mean_logp", "confidence"):
         if fields[name] is not None:
             fields[name] = float(fields[name])
@@ -192,9 +201,17 @@ def _sample_from(obj: Any, where: str) -> Sample:
 
 _NONE = type(None)
 _SAMPLE_TYPES: dict[str, tuple[type, ...]] = {
-    "benchmark": (str,), "problem_id": (str,), "sample": (int,), "completion": (str,),
-    "extracted": (str, _NONE), "verdict": (str,), "tokens": (int,), "truncated": (bool,),
-    "mean_logp": (float, int, _NONE), "confidence": (float, int, _NONE), "gold": (str,),
+    "benchmark": (str,),
+    "problem_id": (str,),
+    "sample": (int,),
+    "completion": (str,),
+    "extracted": (str, _NONE),
+    "verdict": (str,),
+    "tokens": (int,),
+    "truncated": (bool,),
+    "mean_logp": (float, int, _NONE),
+    "confidence": (float, int, _NONE),
+    "gold": (str,),
 }
 
 
@@ -220,8 +237,9 @@ def samples_from_rows(rows: Iterable[tuple[int, Any]], path: str | Path) -> list
         sample = _sample_from(obj, f"{path}:{number}")
         ident = (sample.benchmark, sample.problem_id, sample.sample)
         if ident in seen:
-            raise ValueError(f"{path}:{number}: duplicate sample {ident} (first on line "
-                             f"{seen[ident]})")
+            raise ValueError(
+                f"{path}:{number}: duplicate sample {ident} (first on line {seen[ident]})"
+            )
         seen[ident] = number
         samples.append(sample)
     return samples
@@ -236,8 +254,9 @@ def read_problems(path: str | Path) -> dict[ProblemKey, SavedProblem]:
         try:
             problem = SavedProblem(**obj)
         except TypeError as err:
-            raise ValueError(f"{path}:{number}: {err} (fields: benchmark, id, question, "
-                             "answer, choices, level)") from err
+            raise ValueError(
+                f"{path}:{number}: {err} (fields: benchmark, id, question, answer, choices, level)"
+            ) from err
         out[problem.key] = problem
     return out
 

@@ -84,8 +84,9 @@ def load_record(name: str, path: Path) -> RunRecord:
             raise ValueError(f"{results}: expected a JSON object of benchmarks")
         record.evals[label] = data
     if not record.metrics and not record.evals:
-        raise FileNotFoundError(f"run {name!r}: no metrics.jsonl, results.json or "
-                                f"eval/*/results.json under {path}")
+        raise FileNotFoundError(
+            f"run {name!r}: no metrics.jsonl, results.json or eval/*/results.json under {path}"
+        )
     return record
 
 
@@ -112,8 +113,11 @@ def plot_curves(records: Sequence[RunRecord], path: Path) -> Path | None:
     colors = series_colors(len(records))
     for ax, (key, title) in zip(axes.flat, panels, strict=False):
         for record, color in zip(records, colors, strict=True):
-            points = [(row["step"], row[key]) for row in record.metrics
-                      if isinstance(row.get(key), (int, float)) and not isinstance(row[key], bool)]
+            points = [
+                (row["step"], row[key])
+                for row in record.metrics
+                if isinstance(row.get(key), (int, float)) and not isinstance(row[key], bool)
+            ]
             if not points:
                 continue
             steps, values = (np.asarray(v, float) for v in zip(*points, strict=True))
@@ -123,7 +127,7 @@ def plot_curves(records: Sequence[RunRecord], path: Path) -> Path | None:
             ax.plot(steps, values, color=color, label=record.name)
         ax.set_title(title)
         ax.set_xlabel("step")
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=8)
     return save_figure(fig, path)
@@ -134,9 +138,13 @@ def _benchmarks(results: Mapping[str, Any]) -> list[str]:
 
 
 def _ks(evals: Mapping[str, Mapping[str, Any]]) -> list[int]:
-    ks = {int(key[len("pass@"):]) for results in evals.values()
-          for bench in _benchmarks(results) for key in results[bench]
-          if key.startswith("pass@") and key[len("pass@"):].isdigit()}
+    ks = {
+        int(key[len("pass@") :])
+        for results in evals.values()
+        for bench in _benchmarks(results)
+        for key in results[bench]
+        if key.startswith("pass@") and key[len("pass@") :].isdigit()
+    }
     return sorted(ks)
 
 
@@ -150,8 +158,9 @@ def _cell(entry: Mapping[str, Any] | None, k: int) -> str:
     return text
 
 
-def eval_tables(evals: Mapping[str, Mapping[str, Any]]) -> list[tuple[int, list[str],
-                                                                       list[list[str]]]]:
+def eval_tables(
+    evals: Mapping[str, Mapping[str, Any]],
+) -> list[tuple[int, list[str], list[list[str]]]]:
     """One table per k: (k, header, rows), rows = benchmarks, columns = evaluations; cells are
     pass@k in percent with the 95 % interval, '-' where an evaluation lacks it."""
     labels = list(evals)
@@ -229,13 +238,18 @@ def render_html(blocks: Sequence[Block], title: str) -> str:
             body.append(f'<img src="{esc(block[1])}" alt="{esc(block[2])}">')
         elif kind == "table":
             head = "".join(f"<th>{esc(c)}</th>" for c in block[1])
-            rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
-                           for row in block[2])
+            rows = "".join(
+                "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in block[2]
+            )
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}")
-    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{esc(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
+    )
+    return (
+        f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{esc(title)}</title>"
+        f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
 
 
 def _last(rows: Sequence[Mapping[str, Any]], key: str) -> str:
@@ -249,23 +263,57 @@ def _last(rows: Sequence[Mapping[str, Any]], key: str) -> str:
 def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Block]:
     """The page's blocks; writes its figures next to `page` as <stem>-*.png."""
     blocks: list[Block] = [("h", 1, title), ("h", 2, "Runs")]
-    blocks.append(("table", ["run", "path", "steps logged", "last reward_mean", "last accuracy",
-                             "last lambda", "evaluations"],
-                   [[r.name, str(r.path), str(len(r.metrics)), _last(r.metrics, "reward_mean"),
-                     _last(r.metrics, "accuracy"), _last(r.metrics, "lambda"),
-                     ", ".join(r.evals) or "-"] for r in records]))
+    blocks.append(
+        (
+            "table",
+            [
+                "run",
+                "path",
+                "steps logged",
+                "last reward_mean",
+                "last accuracy",
+                "last lambda",
+                "evaluations",
+            ],
+            [
+                [
+                    r.name,
+                    str(r.path),
+                    str(len(r.metrics)),
+                    _last(r.metrics, "reward_mean"),
+                    _last(r.metrics, "accuracy"),
+                    _last(r.metrics, "lambda"),
+                    ", ".join(r.evals) or "-",
+                ]
+                for r in records
+            ],
+        )
+    )
     curves = plot_curves(records, page.with_name(f"{page.stem}-training.png"))
     if curves is not None:
-        blocks += [("h", 2, "Training curves"),
-                   ("p", "From each run's metrics.jsonl (faint: raw; solid: moving average "
-                         "when a run has more than 50 steps)."),
-                   ("img", curves.name, "training curves")]
-    evals = {(f"{r.name}/{label}" if len(records) > 1 or len(r.evals) > 1 else label): results
-             for r in records for label, results in r.evals.items()}
+        blocks += [
+            ("h", 2, "Training curves"),
+            (
+                "p",
+                "From each run's metrics.jsonl (faint: raw; solid: moving average "
+                "when a run has more than 50 steps).",
+            ),
+            ("img", curves.name, "training curves"),
+        ]
+    evals = {
+        (f"{r.name}/{label}" if len(records) > 1 or len(r.evals) > 1 else label): results
+        for r in records
+        for label, results in r.evals.items()
+    }
     if evals:
-        blocks += [("h", 2, "Evaluation"),
-                   ("p", "pass@k in percent (unbiased estimator, mean over problems) with its "
-                         "95 % bootstrap interval over problems.")]
+        blocks += [
+            ("h", 2, "Evaluation"),
+            (
+                "p",
+                "pass@k in percent (unbiased estimator, mean over problems) with its "
+                "95 % bootstrap interval over problems.",
+            ),
+        ]
         for k, header, rows in eval_tables(evals):
             blocks += [("h", 3, f"pass@{k}"), ("table", header, rows)]
         bars = plot_pass1(evals, page.with_name(f"{page.stem}-pass1.png"))
@@ -275,11 +323,19 @@ def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Blo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
-                        help="training runs (metrics.jsonl, eval/*/results.json), eval folders "
-                             "or results.json files; NAME=PATH names one")
-    parser.add_argument("--output", required=True, type=Path,
-                        help="the page: .md (Markdown) or .html; figures go next to it")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="training runs (metrics.jsonl, eval/*/results.json), eval folders "
+        "or results.json files; NAME=PATH names one",
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        help="the page: .md (Markdown) or .html; figures go next to it",
+    )
     parser.add_argument("--title", default="groupwise report", help="page title")
 
 
@@ -292,8 +348,9 @@ def run(args: argparse.Namespace) -> int:
     records = [load_record(name, path) for name, path in parse_run_specs(args.runs).items()]
     page.parent.mkdir(parents=True, exist_ok=True)
     blocks = build_page(records, page, args.title)
-    text = (render_markdown(blocks) if page.suffix.lower() == ".md"
-            else render_html(blocks, args.title))
+    text = (
+        render_markdown(blocks) if page.suffix.lower() == ".md" else render_html(blocks, args.title)
+    )
     page.write_text(text, encoding="utf-8")
     print(f"wrote {page}")
     return 0

@@ -21,12 +21,14 @@ from groupwise.algorithms.preference import AdaptiveLambda
 from groupwise.algorithms.targets import PairSettings
 
 
-def option(default: Any, doc: str, valid: str | None = None,
-           check: Callable[[Any], bool] | None = None) -> Any:
+def option(
+    default: Any, doc: str, valid: str | None = None, check: Callable[[Any], bool] | None = None
+) -> Any:
     """A dataclass field with its documentation and, for numbers, its valid range in words
     (`valid`) and as a predicate (`check`)."""
-    return field(default=default, metadata={"doc": " ".join(doc.split()), "valid": valid,
-                                            "check": check})
+    return field(
+        default=default, metadata={"doc": " ".join(doc.split()), "valid": valid, "check": check}
+    )
 
 
 @dataclass
@@ -40,67 +42,108 @@ class AlgorithmOptions:
         REFERENCE.md 3) | one registered with register_advantage_estimator.""",
     )
     lens_alpha: float = option(
-        0.25, "LENS: weight alpha of the advantages of groups with no correct answer (paper "
-        "0.25). REFERENCE.md 3.", ">= 0", lambda v: v >= 0)
+        0.25,
+        "LENS: weight alpha of the advantages of groups with no correct answer (paper "
+        "0.25). REFERENCE.md 3.",
+        ">= 0",
+        lambda v: v >= 0,
+    )
     lens_mode: Literal["full", "mixed_only", "negative_only"] = option(
-        "full", """LENS ablations of the paper's App. D.2: full | mixed_only (groups with no
+        "full",
+        """LENS ablations of the paper's App. D.2: full | mixed_only (groups with no
         correct answer get 0) | negative_only (mixed groups use plain binary GRPO).
-        REFERENCE.md 3.""")
+        REFERENCE.md 3.""",
+    )
     lens_difficulty: Literal["pbar", "sequence"] = option(
-        "pbar", """LENS's D_imp from the length-normalised confidence pbar (ours: the paper's
+        "pbar",
+        """LENS's D_imp from the length-normalised confidence pbar (ours: the paper's
         paragraph before Eq. 14) or the raw sequence probability (Eq. 14 as typeset).
-        REFERENCE.md 3.""")
+        REFERENCE.md 3.""",
+    )
     amir: bool = option(
-        False, "AMIR-GRPO: add the implicit-preference term lambda_reg * L_pref to the loss. "
-        "REFERENCE.md 2.")
+        False,
+        "AMIR-GRPO: add the implicit-preference term lambda_reg * L_pref to the loss. "
+        "REFERENCE.md 2.",
+    )
     beta_dpo: float = option(
-        0.5, """beta_DPO, temperature of the pair logit z (official code's CLI 0.5; its
-        README's Gemma run 0.2). REFERENCE.md 2.""", "> 0", lambda v: v > 0)
+        0.5,
+        """beta_DPO, temperature of the pair logit z (official code's CLI 0.5; its
+        README's Gemma run 0.2). REFERENCE.md 2.""",
+        "> 0",
+        lambda v: v > 0,
+    )
     margin: float = option(
-        2.0, """delta_r, in the reward's own units: a pair (i, j) needs r_i - r_j > margin,
+        2.0,
+        """delta_r, in the reward's own units: a pair (i, j) needs r_i - r_j > margin,
         strictly. The official 2.0 fits its summed reward (correctness 2.0 + format 0.5 +
         integer 0.2 + tags 0.2 + calibration 1.0); with a 0/1 correctness reward use a margin
         below 1 (0.5 pairs every correct with every wrong answer). A margin no two completions
         can exceed is refused when the reward's range is known, else warned about once.
-        REFERENCE.md 2.""", ">= 0", lambda v: v >= 0)
+        REFERENCE.md 2.""",
+        ">= 0",
+        lambda v: v >= 0,
+    )
     pair_mode: Literal["all", "topk"] = option(
-        "all", """all: every ordered pair above the margin (official default); topk: only
-        pairs whose preferred side is the group's top completion. REFERENCE.md 2.""")
+        "all",
+        """all: every ordered pair above the margin (official default); topk: only
+        pairs whose preferred side is the group's top completion. REFERENCE.md 2.""",
+    )
     max_pairs_per_group: int | None = option(
-        None, """Keep at most this many pairs per group, the largest reward gaps first; null =
-        no cap (official code's option). REFERENCE.md 2.""", ">= 1 (or null: all)",
-        lambda v: v is None or v >= 1)
+        None,
+        """Keep at most this many pairs per group, the largest reward gaps first; null =
+        no cap (official code's option). REFERENCE.md 2.""",
+        ">= 1 (or null: all)",
+        lambda v: v is None or v >= 1,
+    )
     ref_free: bool = option(
-        True, """l_ref = 0 (official code's effective default); false = the frozen starting
-        model as reference (with LoRA: the adapter disabled). REFERENCE.md 2.""")
+        True,
+        """l_ref = 0 (official code's effective default); false = the frozen starting
+        model as reference (with LoRA: the adapter disabled). REFERENCE.md 2.""",
+    )
     lambda_init: float = option(
-        0.01, "Initial lambda_reg (official code 0.01), within [lambda_min, lambda_max]. "
-        "REFERENCE.md 2.", "> 0", lambda v: v > 0)
+        0.01,
+        "Initial lambda_reg (official code 0.01), within [lambda_min, lambda_max]. REFERENCE.md 2.",
+        "> 0",
+        lambda v: v > 0,
+    )
     lambda_low: float = option(
-        0.30, "Below this measured ratio lambda grows (official 0.30). REFERENCE.md 2.",
-        ">= 0", lambda v: v >= 0)
+        0.30,
+        "Below this measured ratio lambda grows (official 0.30). REFERENCE.md 2.",
+        ">= 0",
+        lambda v: v >= 0,
+    )
     lambda_high: float = option(
-        0.70, "Above this measured ratio lambda shrinks (official 0.70), > lambda_low. "
-        "REFERENCE.md 2.", ">= 0", lambda v: v >= 0)
+        0.70,
+        "Above this measured ratio lambda shrinks (official 0.70), > lambda_low. REFERENCE.md 2.",
+        ">= 0",
+        lambda v: v >= 0,
+    )
     lambda_up: float = option(
-        1.25, "Growth factor (official 1.25). REFERENCE.md 2.", "> 1", lambda v: v > 1)
+        1.25, "Growth factor (official 1.25). REFERENCE.md 2.", "> 1", lambda v: v > 1
+    )
     lambda_down: float = option(
-        0.8, "Shrink factor (official 0.8). REFERENCE.md 2.", "in (0, 1)",
-        lambda v: 0 < v < 1)
+        0.8, "Shrink factor (official 0.8). REFERENCE.md 2.", "in (0, 1)", lambda v: 0 < v < 1
+    )
     lambda_min: float = option(
-        0.005, "Lower bound of lambda_reg (official 0.005). REFERENCE.md 2.", "> 0",
-        lambda v: v > 0)
+        0.005, "Lower bound of lambda_reg (official 0.005). REFERENCE.md 2.", "> 0", lambda v: v > 0
+    )
     lambda_max: float = option(
-        0.05, "Upper bound of lambda_reg (official 0.05). REFERENCE.md 2.", "> 0",
-        lambda v: v > 0)
+        0.05, "Upper bound of lambda_reg (official 0.05). REFERENCE.md 2.", "> 0", lambda v: v > 0
+    )
     lambda_measure: Literal["loss", "grad", "fixed"] = option(
-        "loss", """What the ratio of the lambda rule measures: loss (official: lambda L_pref /
+        "loss",
+        """What the ratio of the lambda rule measures: loss (official: lambda L_pref /
         L_GRPO on each loss computation; on-policy with whole groups L_GRPO is about 0, so
         lambda tends to its floor), grad (ours: ||lambda grad L_pref|| / ||grad L_GRPO||),
-        fixed (lambda stays at lambda_init). REFERENCE.md 2.""")
+        fixed (lambda stays at lambda_init). REFERENCE.md 2.""",
+    )
     lambda_every: int = option(
-        1, """With lambda_measure=grad: measure every N steps (each measure costs one more
-        backward pass of the preference term). Ours.""", ">= 1", lambda v: v >= 1)
+        1,
+        """With lambda_measure=grad: measure every N steps (each measure costs one more
+        backward pass of the preference term). Ours.""",
+        ">= 1",
+        lambda v: v >= 1,
+    )
 
     def check(self, name: Callable[[str], str] = str) -> None:
         """Raise ValueError naming the first option outside its range or choices; `name` maps
@@ -110,8 +153,7 @@ class AlgorithmOptions:
             value = getattr(self, spec.name)
             choices = _choices(hints[spec.name])
             if choices and value not in choices:
-                raise ValueError(f"{name(spec.name)}={value!r} is not one of "
-                                 f"{', '.join(choices)}")
+                raise ValueError(f"{name(spec.name)}={value!r} is not one of {', '.join(choices)}")
             valid, ok = spec.metadata["valid"], spec.metadata["check"]
             if ok is not None and not ok(value):
                 raise ValueError(f"{name(spec.name)} must be {valid}, got {value!r}")
@@ -122,18 +164,27 @@ class AlgorithmOptions:
         if not self.lambda_min <= self.lambda_init <= self.lambda_max:
             raise ValueError(
                 f"{name('lambda_init')} must lie in [{name('lambda_min')}, {name('lambda_max')}]"
-                f" = [{self.lambda_min}, {self.lambda_max}], got {self.lambda_init}")
+                f" = [{self.lambda_min}, {self.lambda_max}], got {self.lambda_init}"
+            )
         if not self.lambda_low < self.lambda_high:
-            raise ValueError(f"{name('lambda_low')} must be < {name('lambda_high')}, got "
-                             f"{self.lambda_low} and {self.lambda_high}")
+            raise ValueError(
+                f"{name('lambda_low')} must be < {name('lambda_high')}, got "
+                f"{self.lambda_low} and {self.lambda_high}"
+            )
 
-    def advantage_settings(self, scale: str = "group", std: str = "unbiased",
-                           eps: float = 1e-4) -> AdvantageSettings:
+    def advantage_settings(
+        self, scale: str = "group", std: str = "unbiased", eps: float = 1e-4
+    ) -> AdvantageSettings:
         """The estimator's settings: LENS's from here, GRPO's std (`scale`, `std`, `eps`)
         from the engine (REFERENCE.md 1)."""
-        return AdvantageSettings(scale=scale, std=std, eps=eps, lens_alpha=self.lens_alpha,
-                                 lens_mode=self.lens_mode,
-                                 lens_difficulty=self.lens_difficulty)
+        return AdvantageSettings(
+            scale=scale,
+            std=std,
+            eps=eps,
+            lens_alpha=self.lens_alpha,
+            lens_mode=self.lens_mode,
+            lens_difficulty=self.lens_difficulty,
+        )
 
     def pair_settings(self) -> PairSettings | None:
         """AMIR-GRPO's pair mining and preference term; None without AMIR."""
@@ -146,9 +197,16 @@ class AlgorithmOptions:
         if not self.amir:
             return None
         return AdaptiveLambda(
-            init=self.lambda_init, low=self.lambda_low, high=self.lambda_high,
-            up=self.lambda_up, down=self.lambda_down, min_value=self.lambda_min,
-            max_value=self.lambda_max, measure=self.lambda_measure, every=self.lambda_every)
+            init=self.lambda_init,
+            low=self.lambda_low,
+            high=self.lambda_high,
+            up=self.lambda_up,
+            down=self.lambda_down,
+            min_value=self.lambda_min,
+            max_value=self.lambda_max,
+            measure=self.lambda_measure,
+            every=self.lambda_every,
+        )
 
     def needs_rollout_logp(self) -> bool:
         """Whether the rollout policy's l(q, o) is needed: by AMIR's coefficients or by an

@@ -310,8 +310,6 @@ class AdaptiveLambda:
         self.bound_streak = 0
         self._warned = False
 
-
-
     def measures_gradient(self, step: int) -> bool:
         """Whether the engine should keep grad L_pref apart at this step (measure "grad")."""
         return self.measure == "grad" and step % self.every == 0
@@ -361,13 +359,21 @@ class AdaptiveLambda:
     def _bound_message(self) -> str:
         floor = self._value == self.min_value
         side, band = ("floor", f"above {self.high}") if floor else ("ceiling", f"below {self.low}")
-        why = (" (with the loss measure on-policy micro-batches of whole groups have L_GRPO "
-               "about 0, so the ratio is large)") if floor and self.measure == "loss" else ""
-        return (f"lambda_reg has sat at its {side} {self._value:g} for {self.bound_streak} "
-                f"consecutive updates of the rule: the measured ratio (measure "
-                f"{self.measure!r}) stays {band}{why}. The AMIR term's weight is then the bound, "
-                "not an adapted value; widen the bounds or choose another measure "
-                "(REFERENCE.md 2; this warning is shown once)")
+        why = (
+            (
+                " (with the loss measure on-policy micro-batches of whole groups have L_GRPO "
+                "about 0, so the ratio is large)"
+            )
+            if floor and self.measure == "loss"
+            else ""
+        )
+        return (
+            f"lambda_reg has sat at its {side} {self._value:g} for {self.bound_streak} "
+            f"consecutive updates of the rule: the measured ratio (measure "
+            f"{self.measure!r}) stays {band}{why}. The AMIR term's weight is then the bound, "
+            "not an adapted value; widen the bounds or choose another measure "
+            "(REFERENCE.md 2; this warning is shown once)"
+        )
 
     def state_dict(self) -> dict[str, float]:
         """The mutable state: {"value": lambda}. Settings come from the config, not from here."""

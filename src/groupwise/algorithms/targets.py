@@ -58,15 +58,25 @@ class GroupTargets:
     def num_pairs(self) -> int:
         return self.chosen.numel()
 
-    def with_coefficients(self, mean_logp_old: Tensor, ref_mean_logp: Tensor | None,
-                          beta: float, num_pairs: int | None = None) -> GroupTargets:
+    def with_coefficients(
+        self,
+        mean_logp_old: Tensor,
+        ref_mean_logp: Tensor | None,
+        beta: float,
+        num_pairs: int | None = None,
+    ) -> GroupTargets:
         """These targets with AMIR's coefficients from the rollout policy's l(q, o) [B] (and
         l_ref [B], or None: reference-free); num_pairs normalises L_pref (default: these rows'
         pairs; pass the update's count when these rows are a part of it). REFERENCE.md 2."""
-        terms = preference_coefficients(mean_logp_old, ref_mean_logp, self.chosen,
-                                        self.rejected, beta, num_pairs=num_pairs)
-        return replace(self, coefficients=terms.coefficients, pair_losses=terms.pair_losses,
-                       logp_margins=terms.logp_margins)
+        terms = preference_coefficients(
+            mean_logp_old, ref_mean_logp, self.chosen, self.rejected, beta, num_pairs=num_pairs
+        )
+        return replace(
+            self,
+            coefficients=terms.coefficients,
+            pair_losses=terms.pair_losses,
+            logp_margins=terms.logp_margins,
+        )
 
     def select(self, rows: Tensor) -> GroupTargets:
         """The targets of `rows` ([b] row indices forming whole groups, in order), with the
@@ -76,17 +86,25 @@ class GroupTargets:
         inside = position[self.chosen] >= 0
         pairs_only = (self.pair_losses, self.logp_margins)
         return GroupTargets(
-            self.advantages[rows], self.rewards[rows], position[self.chosen[inside]],
+            self.advantages[rows],
+            self.rewards[rows],
+            position[self.chosen[inside]],
             position[self.rejected[inside]],
             None if self.coefficients is None else self.coefficients[rows],
             *(None if t is None else t[inside] for t in pairs_only),
         )
 
 
-def group_targets(batch: GroupRewards, estimator: AdvantageEstimator,
-                  settings: AdvantageSettings, pairs: PairSettings | None = None, *,
-                  ref_mean_logp: Tensor | None = None, coefficients: bool = True,
-                  scorable: Tensor | None = None) -> GroupTargets:
+def group_targets(
+    batch: GroupRewards,
+    estimator: AdvantageEstimator,
+    settings: AdvantageSettings,
+    pairs: PairSettings | None = None,
+    *,
+    ref_mean_logp: Tensor | None = None,
+    coefficients: bool = True,
+    scorable: Tensor | None = None,
+) -> GroupTargets:
     """Advantages, AMIR pairs and AMIR coefficients of a batch of whole groups (REFERENCE.md
     1-3; "AMIR-GRPO + LENS together": pairs are mined on the estimator's reward totals).
 
@@ -114,10 +132,12 @@ def group_targets(batch: GroupRewards, estimator: AdvantageEstimator,
     if scorable is not None and not bool(scorable.all()):
         kept = scorable.reshape(-1, batch.group_size).all(dim=1)
         rows = kept.repeat_interleave(batch.group_size)
-        batch = replace(batch, rewards=batch.rewards.where(rows, 0.0),
-                        correct=batch.correct & rows,
-                        correctness=None if batch.correctness is None
-                        else batch.correctness.where(rows, 0.0))
+        batch = replace(
+            batch,
+            rewards=batch.rewards.where(rows, 0.0),
+            correct=batch.correct & rows,
+            correctness=None if batch.correctness is None else batch.correctness.where(rows, 0.0),
+        )
     result = estimator.fn(batch, settings)
     advantages = result.advantages
     if kept is not None:
@@ -126,8 +146,13 @@ def group_targets(batch: GroupRewards, estimator: AdvantageEstimator,
     targets = GroupTargets(advantages, result.rewards, empty, empty)
     if pairs is None:
         return targets
-    chosen, rejected = mine_pairs(result.rewards, batch.group_size, pairs.margin,
-                                  mode=pairs.mode, max_pairs_per_group=pairs.max_pairs_per_group)
+    chosen, rejected = mine_pairs(
+        result.rewards,
+        batch.group_size,
+        pairs.margin,
+        mode=pairs.mode,
+        max_pairs_per_group=pairs.max_pairs_per_group,
+    )
     if kept is not None:
         inside = kept[chosen // batch.group_size]
         chosen, rejected = chosen[inside], rejected[inside]
@@ -135,13 +160,15 @@ def group_targets(batch: GroupRewards, estimator: AdvantageEstimator,
     if not coefficients:
         return targets
     if batch.mean_logp_old is None:
-        raise ValueError("AMIR-GRPO's coefficients need mean_logp_old, the rollout policy's "
-                         "l(q, o)")
+        raise ValueError(
+            "AMIR-GRPO's coefficients need mean_logp_old, the rollout policy's l(q, o)"
+        )
     return targets.with_coefficients(batch.mean_logp_old, ref_mean_logp, pairs.beta)
 
 
-def largest_reward_gap(ranges: list[tuple[float, float] | None], weights: list[float]
-                       ) -> float | None:
+def largest_reward_gap(
+    ranges: list[tuple[float, float] | None], weights: list[float]
+) -> float | None:
     """The largest difference two completions' weighted reward totals can have: the sum of
     |weight| x (max - min) over the reward's parts; None when some part's range is unknown."""
     if any(r is None for r in ranges):
@@ -149,10 +176,15 @@ def largest_reward_gap(ranges: list[tuple[float, float] | None], weights: list[f
     return sum(abs(w) * (high - low) for (low, high), w in zip(ranges, weights, strict=True))
 
 
-def unreachable_margin(margin: float, estimator: AdvantageEstimator,
-                       ranges: list[tuple[float, float] | None], weights: list[float],
-                       correct_reward: float, group_size: int, option: str = "margin"
-                       ) -> str | None:
+def unreachable_margin(
+    margin: float,
+    estimator: AdvantageEstimator,
+    ranges: list[tuple[float, float] | None],
+    weights: list[float],
+    correct_reward: float,
+    group_size: int,
+    option: str = "margin",
+) -> str | None:
     """Why AMIR-GRPO can never mine a pair, or None when it can or it is unknowable.
 
     Pairs need r_i - r_j > margin, strictly, on the estimator's reward totals (REFERENCE.md 2),
@@ -168,11 +200,13 @@ def unreachable_margin(margin: float, estimator: AdvantageEstimator,
     gap = estimator.reward_gap(gap, correct_reward, group_size)
     if margin < gap:
         return None
-    return (f"{option}={margin:g} is not below {gap:g}, the largest gap two completions' rewards "
-            "can have "
-            f"(under the '{estimator.name}' estimator): AMIR-GRPO would mine no preference pair "
-            "and its term would be absent. Set it below the reward's range (with a 0/1 "
-            "correctness reward, e.g. 0.5)")
+    return (
+        f"{option}={margin:g} is not below {gap:g}, the largest gap two completions' rewards "
+        "can have "
+        f"(under the '{estimator.name}' estimator): AMIR-GRPO would mine no preference pair "
+        "and its term would be absent. Set it below the reward's range (with a 0/1 "
+        "correctness reward, e.g. 0.5)"
+    )
 
 
 class PairlessWarning:
@@ -199,4 +233,3 @@ class PairlessWarning:
             f"{self.option} below the reward's gaps (this warning is shown once)",
             stacklevel=3,
         )
-

@@ -10,15 +10,23 @@ import importlib
 
 # name -> (module, one-line help); modules are imported only when chosen
 ANALYSES: dict[str, tuple[str, str]] = {
-    "perplexity": ("groupwise.analysis.perplexity",
-                   "PPL of rollouts under their own model, jointly solvable vs unsolved (Fig. 3)"),
-    "coverage": ("groupwise.analysis.coverage",
-                 "solvable-set partition across 2-6 runs, %% of the union (Table 2)"),
-    "margin": ("groupwise.analysis.preference_margin",
-               "preference margin: per problem, mean log-prob of correct minus incorrect "
-               "completions (Fig. 4)"),
-    "errors": ("groupwise.analysis.errors",
-               "first erroneous step and error type by a judge model (Figs. 5-6)"),
+    "perplexity": (
+        "groupwise.analysis.perplexity",
+        "PPL of rollouts under their own model, jointly solvable vs unsolved (Fig. 3)",
+    ),
+    "coverage": (
+        "groupwise.analysis.coverage",
+        "solvable-set partition across 2-6 runs, %% of the union (Table 2)",
+    ),
+    "margin": (
+        "groupwise.analysis.preference_margin",
+        "preference margin: per problem, mean log-prob of correct minus incorrect "
+        "completions (Fig. 4)",
+    ),
+    "errors": (
+        "groupwise.analysis.errors",
+        "first erroneous step and error type by a judge model (Figs. 5-6)",
+    ),
 }
 
 

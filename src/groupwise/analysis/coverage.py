@@ -24,7 +24,6 @@ from groupwise.records import ProblemKey, write_json
 PROTOCOL_SAMPLES: int | None = 16
 
 
-
 @dataclass(frozen=True)
 class CoverageCell:
     """One cell of the partition: `solved[i]` says whether run i solves its problems.
@@ -47,8 +46,9 @@ def solvable_set(run: EvalRun, keys: Sequence[ProblemKey]) -> set[ProblemKey]:
     return {k for k in keys if any(s.correct for s in groups[k])}
 
 
-def coverage_partition(solvable: Mapping[str, set[ProblemKey]],
-                       problems: Sequence[ProblemKey]) -> list[CoverageCell]:
+def coverage_partition(
+    solvable: Mapping[str, set[ProblemKey]], problems: Sequence[ProblemKey]
+) -> list[CoverageCell]:
     """The 2^m partition of `problems` by which of the m runs solve them.
 
     `solvable` maps run name -> its solvable problems (subsets of `problems`). Cells come in a
@@ -62,34 +62,46 @@ def coverage_partition(solvable: Mapping[str, set[ProblemKey]],
     union = set().union(*solvable.values())
     stray = union - set(problems)
     if stray:
-        raise ValueError(f"{len(stray)} solvable problem(s) are not in the problem list, "
-                         f"e.g. {sorted(stray)[0]}")
-    patterns = sorted(itertools.product((True, False), repeat=len(names)),
-                      key=lambda p: (-sum(p), [not x for x in p]))
+        raise ValueError(
+            f"{len(stray)} solvable problem(s) are not in the problem list, e.g. {sorted(stray)[0]}"
+        )
+    patterns = sorted(
+        itertools.product((True, False), repeat=len(names)),
+        key=lambda p: (-sum(p), [not x for x in p]),
+    )
     cells = []
     for pattern in patterns:
-        count = sum(1 for key in problems
-                    if tuple(key in solvable[n] for n in names) == pattern)
+        count = sum(1 for key in problems if tuple(key in solvable[n] for n in names) == pattern)
         percent = None if not any(pattern) else (100.0 * count / len(union) if union else 0.0)
         cells.append(CoverageCell(solved=pattern, count=count, percent=percent))
     return cells
 
 
-def plot_coverage(cells: Sequence[CoverageCell], names: Sequence[str], path: Path,
-                  title: str) -> Path:
+def plot_coverage(
+    cells: Sequence[CoverageCell], names: Sequence[str], path: Path, title: str
+) -> Path:
     """UpSet-style figure: bars of each cell's percent of the union, dot matrix of its runs."""
     from groupwise.analysis.figures import new_figure, save_figure
 
     shown = [c for c in cells if any(c.solved)]
-    fig, axes = new_figure(width=1.2 + 0.8 * len(shown), height=4.6, nrows=2,
-                           gridspec_kw={"height_ratios": [3, 0.4 + 0.35 * len(names)]},
-                           sharex=True)
+    fig, axes = new_figure(
+        width=1.2 + 0.8 * len(shown),
+        height=4.6,
+        nrows=2,
+        gridspec_kw={"height_ratios": [3, 0.4 + 0.35 * len(names)]},
+        sharex=True,
+    )
     bars, matrix = axes[0, 0], axes[1, 0]
     xs = range(len(shown))
     bars.bar(xs, [c.percent or 0.0 for c in shown], color="#4c72b0")
     for x, cell in zip(xs, shown, strict=True):
-        bars.annotate(f"{cell.percent:.1f}%\n(n={cell.count})", (x, cell.percent or 0.0),
-                      ha="center", va="bottom", fontsize=8)
+        bars.annotate(
+            f"{cell.percent:.1f}%\n(n={cell.count})",
+            (x, cell.percent or 0.0),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     bars.set_ylabel("% of solvable problems (union)")
     bars.set_title(title)
     bars.set_ylim(0, 115)
@@ -108,10 +120,18 @@ def plot_coverage(cells: Sequence[CoverageCell], names: Sequence[str], path: Pat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="NAME=EVAL_DIR",
-                        help="2 to 6 evaluation runs, e.g. base=runs/eval-base grpo=... amir=...")
-    parser.add_argument("--benchmark", action="append", default=None,
-                        help="restrict to this benchmark (repeatable; default: all shared)")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="NAME=EVAL_DIR",
+        help="2 to 6 evaluation runs, e.g. base=runs/eval-base grpo=... amir=...",
+    )
+    parser.add_argument(
+        "--benchmark",
+        action="append",
+        default=None,
+        help="restrict to this benchmark (repeatable; default: all shared)",
+    )
     parser.add_argument("--output", required=True, type=Path, help="folder for figure and data")
 
 
@@ -127,20 +147,41 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
     union = len(set().union(*solvable.values()))
-    write_json(out / "coverage.json", {
-        "runs": names, "problems": len(problems), "union_solvable": union,
-        "solvable": {n: len(s) for n, s in solvable.items()},
-        "cells": [{"label": c.label(names), "solved": dict(zip(names, c.solved, strict=True)),
-                   "count": c.count, "percent": c.percent} for c in cells],
-    })
+    write_json(
+        out / "coverage.json",
+        {
+            "runs": names,
+            "problems": len(problems),
+            "union_solvable": union,
+            "solvable": {n: len(s) for n, s in solvable.items()},
+            "cells": [
+                {
+                    "label": c.label(names),
+                    "solved": dict(zip(names, c.solved, strict=True)),
+                    "count": c.count,
+                    "percent": c.percent,
+                }
+                for c in cells
+            ],
+        },
+    )
     with open(out / "coverage.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow([*names, "count", "percent_of_union"])
         for c in cells:
-            writer.writerow([*(int(s) for s in c.solved), c.count,
-                             "" if c.percent is None else f"{c.percent:.2f}"])
-    plot_coverage(cells, names, out / "coverage.png",
-                  f"Solvable-set coverage ({len(problems)} problems, {union} solvable)")
+            writer.writerow(
+                [
+                    *(int(s) for s in c.solved),
+                    c.count,
+                    "" if c.percent is None else f"{c.percent:.2f}",
+                ]
+            )
+    plot_coverage(
+        cells,
+        names,
+        out / "coverage.png",
+        f"Solvable-set coverage ({len(problems)} problems, {union} solvable)",
+    )
     print(f"{'cell':<40} {'count':>6} {'% union':>8}")
     for c in cells:
         pct = "-" if c.percent is None else f"{c.percent:.1f}"

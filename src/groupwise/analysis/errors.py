@@ -61,8 +61,9 @@ def load_taxonomy(path: str | Path = DEFAULT_TAXONOMY) -> list[ErrorType]:
     path = Path(path)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not isinstance(data.get("types"), list) or not data["types"]:
-        raise ValueError(f"{path}: expected a mapping with a non-empty list `types` of "
-                         "{name, description}")
+        raise ValueError(
+            f"{path}: expected a mapping with a non-empty list `types` of {{name, description}}"
+        )
     types: list[ErrorType] = []
     seen: set[str] = set()
     for i, entry in enumerate(data["types"]):
@@ -73,8 +74,9 @@ def load_taxonomy(path: str | Path = DEFAULT_TAXONOMY) -> list[ErrorType]:
             raise ValueError(f"{path}: types[{i}]: duplicate name {name!r}")
         unknown = set(entry) - {"name", "description"}
         if unknown:
-            raise ValueError(f"{path}: types[{i}]: unknown key(s) {sorted(unknown)} "
-                             "(valid: name, description)")
+            raise ValueError(
+                f"{path}: types[{i}]: unknown key(s) {sorted(unknown)} (valid: name, description)"
+            )
         seen.add(_norm(name))
         types.append(ErrorType(name=name, description=str(entry.get("description", "")).strip()))
     return types
@@ -130,12 +132,15 @@ def _sentences(text: str) -> list[str]:
 
 # ----------------------------------------------------------------------------- judge protocol
 
-JUDGE_SYSTEM = ("You are an expert mathematics grader. You locate the first step where a "
-                "solution goes wrong and classify the error. You answer with JSON only.")
+JUDGE_SYSTEM = (
+    "You are an expert mathematics grader. You locate the first step where a "
+    "solution goes wrong and classify the error. You answer with JSON only."
+)
 
 
-def judge_messages(question: str, gold: str, steps: Sequence[str],
-                   taxonomy: Sequence[ErrorType]) -> list[Message]:
+def judge_messages(
+    question: str, gold: str, steps: Sequence[str], taxonomy: Sequence[ErrorType]
+) -> list[Message]:
     """The chat messages that ask a judge for the first erroneous step and its type."""
     numbered = "\n".join(f"Step {i}: {step}" for i, step in enumerate(steps, start=1))
     types = "\n".join(f'- "{t.name}": {t.description}' for t in taxonomy)
@@ -249,8 +254,14 @@ class OpenAIChatJudge:
 
     deterministic = False
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None,
-                 timeout: float = 60.0, temperature: float | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        temperature: float | None = None,
+    ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key
@@ -265,23 +276,24 @@ class OpenAIChatJudge:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(),
-                                         headers=headers, method="POST")
+        request = urllib.request.Request(
+            self.url, data=json.dumps(body).encode(), headers=headers, method="POST"
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as err:
             detail = err.read()[:200].decode("utf-8", "replace")
             retryable = err.code in (408, 409, 429) or err.code >= 500
-            raise JudgeTransportError(f"HTTP {err.code} from {self.url}: {detail}",
-                                      retryable) from err
+            raise JudgeTransportError(
+                f"HTTP {err.code} from {self.url}: {detail}", retryable
+            ) from err
         except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
             raise JudgeTransportError(f"{type(err).__name__} from {self.url}: {err}") from err
         try:
             content = json.loads(raw)["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as err:
-            raise JudgeTransportError(f"malformed response from {self.url}: "
-                                      f"{raw[:120]!r}") from err
+            raise JudgeTransportError(f"malformed response from {self.url}: {raw[:120]!r}") from err
         if not isinstance(content, str):
             raise JudgeTransportError(f"response content is {type(content).__name__}, not text")
         return content
@@ -303,18 +315,22 @@ class LocalModelJudge:
         import torch
 
         if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                      add_generation_prompt=True)
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
         else:
             text = "\n\n".join(m["content"] for m in messages) + "\n\n"
         device = next(self.model.parameters()).device
         ids = self.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(device)
         pad = self.tokenizer.pad_token_id
         with self._lock, torch.no_grad():
-            out = self.model.generate(**ids, do_sample=False, max_new_tokens=self.max_new_tokens,
-                                      pad_token_id=pad if pad is not None else
-                                      self.tokenizer.eos_token_id)
-        return self.tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = self.model.generate(
+                **ids,
+                do_sample=False,
+                max_new_tokens=self.max_new_tokens,
+                pad_token_id=pad if pad is not None else self.tokenizer.eos_token_id,
+            )
+        return self.tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 @dataclass(frozen=True)
@@ -327,9 +343,15 @@ class JudgeOutcome:
     reply: str | None  # the last reply text (None if the judge never answered)
 
 
-def judge_solution(judge: Judge, messages: list[Message], num_steps: int,
-                   taxonomy: Sequence[ErrorType], attempts: int = 3, backoff: float = 2.0,
-                   sleep: Callable[[float], None] = time.sleep) -> JudgeOutcome:
+def judge_solution(
+    judge: Judge,
+    messages: list[Message],
+    num_steps: int,
+    taxonomy: Sequence[ErrorType],
+    attempts: int = 3,
+    backoff: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JudgeOutcome:
     """Ask `judge` until it gives a usable answer, at most `attempts` times.
 
     Between tries it waits backoff * 2^(try - 1) seconds. Unusable replies are retried unless
@@ -419,10 +441,17 @@ class ErrorItem:
         return None if self.judgement is None else self.judgement.step / len(self.steps)
 
 
-def judge_items(items: Sequence[ErrorItem], problems: Mapping[str, Mapping[Any, SavedProblem]],
-                judge: Judge, taxonomy: Sequence[ErrorType], cache: JudgeCache,
-                attempts: int = 3, backoff: float = 2.0, workers: int = 1,
-                progress: bool = True) -> list[ErrorItem]:
+def judge_items(
+    items: Sequence[ErrorItem],
+    problems: Mapping[str, Mapping[Any, SavedProblem]],
+    judge: Judge,
+    taxonomy: Sequence[ErrorType],
+    cache: JudgeCache,
+    attempts: int = 3,
+    backoff: float = 2.0,
+    workers: int = 1,
+    progress: bool = True,
+) -> list[ErrorItem]:
     """Judge every item: cached answers first, then each distinct question once (in parallel
     threads for remote judges; identical solutions of the same problem share one answer).
 
@@ -453,29 +482,45 @@ def judge_items(items: Sequence[ErrorItem], problems: Mapping[str, Mapping[Any, 
         first = items[rows[0]]
         outcome = judge_solution(judge, messages, len(first.steps), taxonomy, attempts, backoff)
         s = first.sample
-        cache.put(key, {"run": first.run, "benchmark": s.benchmark, "problem_id": s.problem_id,
-                        "sample": s.sample, "num_steps": len(first.steps),
-                        "step": outcome.judgement.step if outcome.judgement else None,
-                        "type": outcome.judgement.type if outcome.judgement else None,
-                        "error": outcome.error, "attempts": outcome.attempts,
-                        "reply": outcome.reply})
+        cache.put(
+            key,
+            {
+                "run": first.run,
+                "benchmark": s.benchmark,
+                "problem_id": s.problem_id,
+                "sample": s.sample,
+                "num_steps": len(first.steps),
+                "step": outcome.judgement.step if outcome.judgement else None,
+                "type": outcome.judgement.type if outcome.judgement else None,
+                "error": outcome.error,
+                "attempts": outcome.attempts,
+                "reply": outcome.reply,
+            },
+        )
         return key, outcome
 
     failures = 0
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
-            tqdm(total=len(questions), desc="judging", disable=not progress) as bar:
+    with (
+        ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
+        tqdm(total=len(questions), desc="judging", disable=not progress) as bar,
+    ):
         for key, outcome in pool.map(ask, list(questions)):
             for row in questions[key][1]:
-                done[row] = replace(items[row], judgement=outcome.judgement,
-                                    error=outcome.error, attempts=outcome.attempts)
+                done[row] = replace(
+                    items[row],
+                    judgement=outcome.judgement,
+                    error=outcome.error,
+                    attempts=outcome.attempts,
+                )
             failures += outcome.judgement is None
             bar.update(1)
             bar.set_postfix(failures=failures)
     return [d for d in done if d is not None]
 
 
-def summarize_run(items: Sequence[ErrorItem], taxonomy: Sequence[ErrorType],
-                  grid: Sequence[float]) -> dict[str, Any]:
+def summarize_run(
+    items: Sequence[ErrorItem], taxonomy: Sequence[ErrorType], grid: Sequence[float]
+) -> dict[str, Any]:
     """Counts per error type, relative positions, their KDE on `grid`, and the failures."""
     from groupwise.analysis.figures import gaussian_kde
 
@@ -489,18 +534,28 @@ def summarize_run(items: Sequence[ErrorItem], taxonomy: Sequence[ErrorType],
         "judged": len(judged),
         "judge_failures": len(failed),
         "failure_reasons": dict(reasons),
-        "failed": [{"benchmark": i.sample.benchmark, "problem_id": i.sample.problem_id,
-                    "sample": i.sample.sample, "error": i.error} for i in failed],
+        "failed": [
+            {
+                "benchmark": i.sample.benchmark,
+                "problem_id": i.sample.problem_id,
+                "sample": i.sample.sample,
+                "error": i.error,
+            }
+            for i in failed
+        ],
         "types": {t.name: types.get(t.name, 0) for t in taxonomy},
         "mean_relative_position": float(np.mean(positions)) if positions else None,
         "relative_positions": positions,
-        "density": {"grid": list(map(float, grid)),
-                    "values": gaussian_kde(positions, grid).tolist()},
+        "density": {
+            "grid": list(map(float, grid)),
+            "values": gaussian_kde(positions, grid).tolist(),
+        },
     }
 
 
-def plot_errors(summary: Mapping[str, Mapping[str, Any]], taxonomy: Sequence[ErrorType],
-                out: Path) -> list[Path]:
+def plot_errors(
+    summary: Mapping[str, Mapping[str, Any]], taxonomy: Sequence[ErrorType], out: Path
+) -> list[Path]:
     """errors_types.png (share of each type per run) and errors_position.png (KDE per run)."""
     from groupwise.analysis.figures import new_figure, save_figure, series_colors
 
@@ -512,8 +567,13 @@ def plot_errors(summary: Mapping[str, Mapping[str, Any]], taxonomy: Sequence[Err
     for i, (name, color) in enumerate(zip(names, colors, strict=True)):
         counts = np.array([summary[name]["types"][t.name] for t in taxonomy], float)
         share = counts / counts.sum() if counts.sum() else counts
-        ax.bar(np.arange(len(taxonomy)) + (i - (len(names) - 1) / 2) * width, 100 * share,
-               width, color=color, label=f"{name} (n={int(counts.sum())})")
+        ax.bar(
+            np.arange(len(taxonomy)) + (i - (len(names) - 1) / 2) * width,
+            100 * share,
+            width,
+            color=color,
+            label=f"{name} (n={int(counts.sum())})",
+        )
     ax.set_xticks(range(len(taxonomy)), [t.name for t in taxonomy], rotation=25, ha="right")
     ax.set_ylabel("% of judged failures")
     ax.set_title("type of the first error")
@@ -524,8 +584,12 @@ def plot_errors(summary: Mapping[str, Mapping[str, Any]], taxonomy: Sequence[Err
     ax = axes[0, 0]
     for name, color in zip(names, colors, strict=True):
         density = summary[name]["density"]
-        ax.plot(density["grid"], density["values"], color=color,
-                label=f"{name} (n={summary[name]['judged']})")
+        ax.plot(
+            density["grid"],
+            density["values"],
+            color=color,
+            label=f"{name} (n={summary[name]['judged']})",
+        )
     ax.set_xlabel("relative position of the first error (step / number of steps)")
     ax.set_ylabel("density (Gaussian KDE)")
     ax.set_xlim(0, 1)
@@ -539,21 +603,29 @@ def make_judge(args: argparse.Namespace) -> Judge:
     if args.judge_local:
         from groupwise.models import default_device, load_policy
 
-        model, tokenizer = load_policy(args.judge_local, args.judge_adapter, dtype=args.dtype,
-                                       device=args.device or default_device())
+        model, tokenizer = load_policy(
+            args.judge_local,
+            args.judge_adapter,
+            dtype=args.dtype,
+            device=args.device or default_device(),
+        )
         return LocalModelJudge(model, tokenizer, args.judge_local, args.judge_max_new_tokens)
     if not args.judge_base_url or not args.judge_model:
-        raise SystemExit("errors: give --judge-base-url and --judge-model (an OpenAI-compatible "
-                         "endpoint) or --judge-local MODEL")
+        raise SystemExit(
+            "errors: give --judge-base-url and --judge-model (an OpenAI-compatible "
+            "endpoint) or --judge-local MODEL"
+        )
     key = os.environ.get(args.judge_api_key_env)
     if not key:
         print(f"note: ${args.judge_api_key_env} is not set; asking without an API key")
-    return OpenAIChatJudge(args.judge_base_url, args.judge_model, key, args.judge_timeout,
-                           args.judge_temperature)
+    return OpenAIChatJudge(
+        args.judge_base_url, args.judge_model, key, args.judge_timeout, args.judge_temperature
+    )
 
 
-def select_items(runs_samples: Mapping[str, Iterable[Sample]], min_steps: int,
-                 max_per_run: int | None, seed: int) -> list[ErrorItem]:
+def select_items(
+    runs_samples: Mapping[str, Iterable[Sample]], min_steps: int, max_per_run: int | None, seed: int
+) -> list[ErrorItem]:
     """The incorrect solutions of each run (a random `max_per_run` of them if given), cut into
     steps."""
     items: list[ErrorItem] = []
@@ -567,34 +639,81 @@ def select_items(runs_samples: Mapping[str, Iterable[Sample]], min_steps: int,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="NAME=EVAL_DIR", help="evaluation runs")
-    parser.add_argument("--benchmark", action="append", default=None,
-                        help="restrict to this benchmark (repeatable; default: all)")
-    parser.add_argument("--taxonomy", type=Path, default=DEFAULT_TAXONOMY,
-                        help="error taxonomy YAML (default: the packaged error_taxonomy.yaml)")
-    parser.add_argument("--judge-base-url", default=None,
-                        help="OpenAI-compatible endpoint, e.g. https://api.openai.com/v1")
+    parser.add_argument(
+        "--benchmark",
+        action="append",
+        default=None,
+        help="restrict to this benchmark (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--taxonomy",
+        type=Path,
+        default=DEFAULT_TAXONOMY,
+        help="error taxonomy YAML (default: the packaged error_taxonomy.yaml)",
+    )
+    parser.add_argument(
+        "--judge-base-url",
+        default=None,
+        help="OpenAI-compatible endpoint, e.g. https://api.openai.com/v1",
+    )
     parser.add_argument("--judge-model", default=None, help="model name at that endpoint")
-    parser.add_argument("--judge-api-key-env", default="OPENAI_API_KEY",
-                        help="environment variable holding the API key (default OPENAI_API_KEY)")
-    parser.add_argument("--judge-timeout", type=float, default=120.0,
-                        help="seconds per request (default 120)")
-    parser.add_argument("--judge-temperature", type=float, default=None,
-                        help="sampling temperature sent to the endpoint (default: not sent)")
-    parser.add_argument("--judge-local", default=None, metavar="MODEL",
-                        help="judge with a local transformers model (greedy) instead")
+    parser.add_argument(
+        "--judge-api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the API key (default OPENAI_API_KEY)",
+    )
+    parser.add_argument(
+        "--judge-timeout", type=float, default=120.0, help="seconds per request (default 120)"
+    )
+    parser.add_argument(
+        "--judge-temperature",
+        type=float,
+        default=None,
+        help="sampling temperature sent to the endpoint (default: not sent)",
+    )
+    parser.add_argument(
+        "--judge-local",
+        default=None,
+        metavar="MODEL",
+        help="judge with a local transformers model (greedy) instead",
+    )
     parser.add_argument("--judge-adapter", default=None, help="adapter for --judge-local")
-    parser.add_argument("--judge-max-new-tokens", type=int, default=64,
-                        help="reply length of the local judge (default 64)")
-    parser.add_argument("--judge-attempts", type=int, default=3,
-                        help="tries per solution before it counts as a judge failure (default 3)")
-    parser.add_argument("--judge-backoff", type=float, default=2.0,
-                        help="seconds before the 2nd try, doubling after (default 2)")
-    parser.add_argument("--workers", type=int, default=4,
-                        help="parallel requests to a remote judge (default 4; local: 1)")
-    parser.add_argument("--min-steps", type=int, default=3,
-                        help="segmentation falls back to finer units below this many steps")
-    parser.add_argument("--max-per-run", type=int, default=None,
-                        help="judge at most this many random incorrect solutions per run")
+    parser.add_argument(
+        "--judge-max-new-tokens",
+        type=int,
+        default=64,
+        help="reply length of the local judge (default 64)",
+    )
+    parser.add_argument(
+        "--judge-attempts",
+        type=int,
+        default=3,
+        help="tries per solution before it counts as a judge failure (default 3)",
+    )
+    parser.add_argument(
+        "--judge-backoff",
+        type=float,
+        default=2.0,
+        help="seconds before the 2nd try, doubling after (default 2)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        help="parallel requests to a remote judge (default 4; local: 1)",
+    )
+    parser.add_argument(
+        "--min-steps",
+        type=int,
+        default=3,
+        help="segmentation falls back to finer units below this many steps",
+    )
+    parser.add_argument(
+        "--max-per-run",
+        type=int,
+        default=None,
+        help="judge at most this many random incorrect solutions per run",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of that random choice")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--device", default=None, help="cpu or cuda for --judge-local")
@@ -609,37 +728,72 @@ def run(args: argparse.Namespace) -> int:
     taxonomy = load_taxonomy(args.taxonomy)
     runs = load_runs(args.runs, args.benchmark)
     warn_if_fewer_samples(runs, "errors", PROTOCOL_SAMPLES)
-    items = select_items({r.name: r.samples for r in runs}, args.min_steps, args.max_per_run,
-                         args.seed)
+    items = select_items(
+        {r.name: r.samples for r in runs}, args.min_steps, args.max_per_run, args.seed
+    )
     judge = make_judge(args)
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
     workers = 1 if judge.deterministic else args.workers
-    done = judge_items(items, {r.name: r.problems for r in runs}, judge, taxonomy,
-                       JudgeCache(out / "judgements.jsonl"), args.judge_attempts,
-                       args.judge_backoff, workers)
+    done = judge_items(
+        items,
+        {r.name: r.problems for r in runs},
+        judge,
+        taxonomy,
+        JudgeCache(out / "judgements.jsonl"),
+        args.judge_attempts,
+        args.judge_backoff,
+        workers,
+    )
     grid = np.linspace(0.0, 1.0, 201)
-    summary = {r.name: summarize_run([i for i in done if i.run == r.name], taxonomy, grid)
-               for r in runs}
-    write_json(out / "errors.json", {
-        "judge": judge.name, "taxonomy": [asdict(t) for t in taxonomy],
-        "segmentation": {"min_steps": args.min_steps, "rule": segment_steps.__doc__},
-        "runs": summary,
-    })
+    summary = {
+        r.name: summarize_run([i for i in done if i.run == r.name], taxonomy, grid) for r in runs
+    }
+    write_json(
+        out / "errors.json",
+        {
+            "judge": judge.name,
+            "taxonomy": [asdict(t) for t in taxonomy],
+            "segmentation": {"min_steps": args.min_steps, "rule": segment_steps.__doc__},
+            "runs": summary,
+        },
+    )
     with open(out / "errors.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["run", "benchmark", "problem_id", "sample", "num_steps", "step",
-                         "relative_position", "type", "judge_error"])
+        writer.writerow(
+            [
+                "run",
+                "benchmark",
+                "problem_id",
+                "sample",
+                "num_steps",
+                "step",
+                "relative_position",
+                "type",
+                "judge_error",
+            ]
+        )
         for i in done:
-            writer.writerow([i.run, i.sample.benchmark, i.sample.problem_id, i.sample.sample,
-                             len(i.steps), i.judgement.step if i.judgement else "",
-                             i.relative_position if i.judgement else "",
-                             i.judgement.type if i.judgement else "", i.error or ""])
+            writer.writerow(
+                [
+                    i.run,
+                    i.sample.benchmark,
+                    i.sample.problem_id,
+                    i.sample.sample,
+                    len(i.steps),
+                    i.judgement.step if i.judgement else "",
+                    i.relative_position if i.judgement else "",
+                    i.judgement.type if i.judgement else "",
+                    i.error or "",
+                ]
+            )
     plot_errors(summary, taxonomy, out)
     for name, s in summary.items():
         mean = s["mean_relative_position"]
-        print(f"{name:<20} incorrect {s['solutions']:>5}  judged {s['judged']:>5}  "
-              f"judge failures {s['judge_failures']:>4}  mean position "
-              f"{'-' if mean is None else f'{mean:.2f}'}")
+        print(
+            f"{name:<20} incorrect {s['solutions']:>5}  judged {s['judged']:>5}  "
+            f"judge failures {s['judge_failures']:>4}  mean position "
+            f"{'-' if mean is None else f'{mean:.2f}'}"
+        )
     print(f"wrote {out / 'errors.json'}, errors.csv, errors_types.png, errors_position.png")
     return 0

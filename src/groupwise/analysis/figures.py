@@ -20,8 +20,9 @@ from matplotlib.figure import Figure
 DPI = 130
 
 
-def new_figure(width: float = 6.4, height: float = 4.0, ncols: int = 1, nrows: int = 1,
-               **kwargs: object) -> tuple[Figure, np.ndarray]:
+def new_figure(
+    width: float = 6.4, height: float = 4.0, ncols: int = 1, nrows: int = 1, **kwargs: object
+) -> tuple[Figure, np.ndarray]:
     """A figure and its axes as a 2-D array [nrows, ncols] (always an array, even for one)."""
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, **kwargs)
     return fig, axes
@@ -55,8 +56,12 @@ def scott_bandwidth(values: Sequence[float], fallback: float = 0.05) -> float:
     return float(np.std(x, ddof=1) * x.size ** (-1 / 5))
 
 
-def gaussian_kde(values: Sequence[float], grid: Sequence[float],
-                 bandwidth: float | None = None, fallback: float = 0.05) -> np.ndarray:
+def gaussian_kde(
+    values: Sequence[float],
+    grid: Sequence[float],
+    bandwidth: float | None = None,
+    fallback: float = 0.05,
+) -> np.ndarray:
     """Gaussian kernel density estimate of `values` evaluated on `grid`.
 
     density(g) = 1/(n h) * sum_i phi((g - x_i) / h), phi the standard normal density, so the

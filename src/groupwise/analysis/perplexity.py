@@ -36,14 +36,12 @@ STRATA = ("jointly solvable", "jointly unsolved")
 PROTOCOL_SAMPLES: int | None = 16
 
 
-
 def perplexity(mean_logp: float) -> float:
     """PPL = exp(-mean_logp), mean_logp in nats per token."""
     return math.exp(-mean_logp)
 
 
-def strata(runs: Sequence[EvalRun], solvable_fraction: float = 1.0
-           ) -> dict[str, list[ProblemKey]]:
+def strata(runs: Sequence[EvalRun], solvable_fraction: float = 1.0) -> dict[str, list[ProblemKey]]:
     """The problems shared by all runs, split into STRATA (others belong to neither).
 
     Jointly solvable: in every run the fraction of correct samples is >= solvable_fraction (and
@@ -67,12 +65,20 @@ def _box_stats(values: Sequence[float]) -> dict[str, float | int | None]:
     if x.size == 0:
         return {"rollouts": 0, "median": None, "q1": None, "q3": None, "mean": None}
     q1, median, q3 = np.percentile(x, [25, 50, 75])
-    return {"rollouts": int(x.size), "median": float(median), "q1": float(q1), "q3": float(q3),
-            "mean": float(x.mean())}
+    return {
+        "rollouts": int(x.size),
+        "median": float(median),
+        "q1": float(q1),
+        "q3": float(q3),
+        "mean": float(x.mean()),
+    }
 
 
-def plot_perplexity(ppl: Mapping[str, Mapping[str, Sequence[float]]], path: Path,
-                    problems: Mapping[str, int] | None = None) -> Path:
+def plot_perplexity(
+    ppl: Mapping[str, Mapping[str, Sequence[float]]],
+    path: Path,
+    problems: Mapping[str, int] | None = None,
+) -> Path:
     """One panel per stratum, one box per run (ppl[stratum][run] = rollout perplexities);
     `problems[stratum]`, when given, is shown in the panel title."""
     from groupwise.analysis.figures import new_figure, save_figure, series_colors
@@ -89,23 +95,46 @@ def plot_perplexity(ppl: Mapping[str, Mapping[str, Sequence[float]]], path: Path
         count = f" ({problems[stratum]} problems)" if problems else ""
         ax.set_title(stratum + count)
         if not any(len(v) for v in per_run.values()):
-            ax.text(0.5, 0.5, "no problems in this stratum", transform=ax.transAxes,
-                    ha="center", va="center", color="grey")
+            ax.text(
+                0.5,
+                0.5,
+                "no problems in this stratum",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color="grey",
+            )
         ax.set_ylabel("PPL_m(Y | x)")
     return save_figure(fig, path)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="NAME=EVAL_DIR",
-                        help="evaluation runs, e.g. grpo=runs/eval-grpo amir=runs/eval-amir")
-    parser.add_argument("--benchmark", action="append", default=None,
-                        help="restrict to this benchmark (repeatable; default: all)")
-    parser.add_argument("--solvable-fraction", type=float, default=1.0,
-                        help="a run 'solves' a problem when at least this fraction of its "
-                             "samples are correct (default 1.0, the paper's stratum)")
-    parser.add_argument("--max-problems", type=int, default=None,
-                        help="randomly keep at most this many problems per stratum "
-                             "(paper: 3 per stratum, 6 in all)")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="NAME=EVAL_DIR",
+        help="evaluation runs, e.g. grpo=runs/eval-grpo amir=runs/eval-amir",
+    )
+    parser.add_argument(
+        "--benchmark",
+        action="append",
+        default=None,
+        help="restrict to this benchmark (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--solvable-fraction",
+        type=float,
+        default=1.0,
+        help="a run 'solves' a problem when at least this fraction of its "
+        "samples are correct (default 1.0, the paper's stratum)",
+    )
+    parser.add_argument(
+        "--max-problems",
+        type=int,
+        default=None,
+        help="randomly keep at most this many problems per stratum "
+        "(paper: 3 per stratum, 6 in all)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of that random choice")
     rescoring.add_arguments(parser)
     parser.add_argument("--output", required=True, type=Path, help="folder for figure and data")
@@ -117,27 +146,35 @@ def run(args: argparse.Namespace) -> int:
     split = strata(runs, args.solvable_fraction)
     if args.max_problems is not None:
         rng = random.Random(args.seed)
-        split = {k: sorted(rng.sample(v, min(len(v), args.max_problems))) for k, v in
-                 split.items()}
+        split = {k: sorted(rng.sample(v, min(len(v), args.max_problems))) for k, v in split.items()}
     ppl: dict[str, dict[str, list[float]]] = {s: {} for s in STRATA}
     rows: list[list[Any]] = []
-    scored = rescoring.scored_groups(args, runs, [[k for keys in split.values() for k in keys]
-                                                  for _ in runs], "perplexity")
+    scored = rescoring.scored_groups(
+        args, runs, [[k for keys in split.values() for k in keys] for _ in runs], "perplexity"
+    )
     for r, values in zip(runs, scored, strict=True):
         for stratum, keys in split.items():
             samples = [s for k in keys for s in values[k]]
-            ppl[stratum][r.name] = [perplexity(s.mean_logp) for s in samples
-                                    if s.mean_logp is not None]
-            rows += [[r.name, stratum, s.benchmark, s.problem_id, s.sample,
-                      perplexity(s.mean_logp)] for s in samples if s.mean_logp is not None]
+            ppl[stratum][r.name] = [
+                perplexity(s.mean_logp) for s in samples if s.mean_logp is not None
+            ]
+            rows += [
+                [r.name, stratum, s.benchmark, s.problem_id, s.sample, perplexity(s.mean_logp)]
+                for s in samples
+                if s.mean_logp is not None
+            ]
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
     source = rescoring.source_label(args)
-    write_json(out / "perplexity.json", {
-        "source": source, "solvable_fraction": args.solvable_fraction,
-        "problems": {s: [list(k) for k in keys] for s, keys in split.items()},
-        "stats": {s: {n: _box_stats(v) for n, v in per.items()} for s, per in ppl.items()},
-    })
+    write_json(
+        out / "perplexity.json",
+        {
+            "source": source,
+            "solvable_fraction": args.solvable_fraction,
+            "problems": {s: [list(k) for k in keys] for s, keys in split.items()},
+            "stats": {s: {n: _box_stats(v) for n, v in per.items()} for s, per in ppl.items()},
+        },
+    )
     with open(out / "perplexity.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["run", "stratum", "benchmark", "problem_id", "sample", "ppl"])

@@ -36,9 +36,7 @@ from groupwise.records import ProblemKey, Sample, write_json
 PROTOCOL_SAMPLES: int | None = None
 
 
-
-def preference_margins(groups: Mapping[ProblemKey, Sequence[Sample]]
-                       ) -> dict[ProblemKey, float]:
+def preference_margins(groups: Mapping[ProblemKey, Sequence[Sample]]) -> dict[ProblemKey, float]:
     """preference_margin(q) for each problem that has both correct and incorrect completions
     with a `mean_logp`; other problems are absent from the result."""
     margins: dict[ProblemKey, float] = {}
@@ -55,8 +53,13 @@ def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     x = np.asarray(values, dtype=float)
     if x.size == 0:
         return {"problems": 0, "mean": None, "median": None, "std": None, "positive": None}
-    return {"problems": int(x.size), "mean": float(x.mean()), "median": float(np.median(x)),
-            "std": float(x.std()), "positive": float((x > 0).mean())}
+    return {
+        "problems": int(x.size),
+        "mean": float(x.mean()),
+        "median": float(np.median(x)),
+        "std": float(x.std()),
+        "positive": float((x > 0).mean()),
+    }
 
 
 def ratio_of_means(means: Mapping[str, float | None]) -> dict[str, float | None]:
@@ -65,8 +68,10 @@ def ratio_of_means(means: Mapping[str, float | None]) -> dict[str, float | None]
     margin would get a smaller ratio)."""
     names = list(means)
     base = means[names[0]] if names else None
-    return {n: (None if base is None or base <= 0.0 or means[n] is None else means[n] / base)
-            for n in names}
+    return {
+        n: (None if base is None or base <= 0.0 or means[n] is None else means[n] / base)
+        for n in names
+    }
 
 
 def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
@@ -95,8 +100,12 @@ def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
         values = np.asarray(margins[name], float)
         if values.size == 0:
             continue
-        dens.plot(grid, gaussian_kde(values, grid, fallback=fallback), color=color,
-                  label=f"{name} (mean {values.mean():.4f}, n={values.size})")
+        dens.plot(
+            grid,
+            gaussian_kde(values, grid, fallback=fallback),
+            color=color,
+            label=f"{name} (mean {values.mean():.4f}, n={values.size})",
+        )
         dens.axvline(values.mean(), color=color, linestyle="--", linewidth=1)
     dens.axvline(0.0, color="grey", linewidth=0.8)
     dens.set_xlabel("margin: mean l(correct) - mean l(incorrect)  [nats/token]")
@@ -114,19 +123,27 @@ def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="NAME=EVAL_DIR",
-                        help="evaluation runs; ratios are relative to the first (e.g. grpo=... "
-                             "amir=...)")
-    parser.add_argument("--benchmark", action="append", default=None,
-                        help="restrict to this benchmark (repeatable; default: all)")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="NAME=EVAL_DIR",
+        help="evaluation runs; ratios are relative to the first (e.g. grpo=... amir=...)",
+    )
+    parser.add_argument(
+        "--benchmark",
+        action="append",
+        default=None,
+        help="restrict to this benchmark (repeatable; default: all)",
+    )
     rescoring.add_arguments(parser)
     parser.add_argument("--output", required=True, type=Path, help="folder for figure and data")
 
 
 def _mixed(groups: Mapping[ProblemKey, Sequence[Sample]]) -> list[ProblemKey]:
     """The problems with both correct and incorrect completions (the ones with a margin)."""
-    return [k for k, g in groups.items() if any(s.correct for s in g)
-            and not all(s.correct for s in g)]
+    return [
+        k for k, g in groups.items() if any(s.correct for s in g) and not all(s.correct for s in g)
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,19 +152,25 @@ def run(args: argparse.Namespace) -> int:
     if not rescoring.recomputing(args):
         for r in runs:
             if all(s.mean_logp is None for s in r.samples):
-                raise SystemExit(f"run {r.name!r} ({r.path}) has no saved mean_logp (an engine "
-                                 "that returned no log-probs?); recompute them with "
-                                 "--recompute or --model")
-    scored = rescoring.scored_groups(args, runs, [_mixed(r.by_problem()) for r in runs],
-                                     "margin")
-    per_run = {r.name: preference_margins(groups) for r, groups in zip(runs, scored,
-                                                                       strict=True)}
+                raise SystemExit(
+                    f"run {r.name!r} ({r.path}) has no saved mean_logp (an engine "
+                    "that returned no log-probs?); recompute them with "
+                    "--recompute or --model"
+                )
+    scored = rescoring.scored_groups(args, runs, [_mixed(r.by_problem()) for r in runs], "margin")
+    per_run = {r.name: preference_margins(groups) for r, groups in zip(runs, scored, strict=True)}
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
     summary = {n: summarize(list(m.values())) for n, m in per_run.items()}
     ratios = ratio_of_means({n: s["mean"] for n, s in summary.items()})
-    write_json(out / "margin.json", {"source": rescoring.source_label(args), "runs": summary,
-                                     "ratio_of_means_to_first": ratios})
+    write_json(
+        out / "margin.json",
+        {
+            "source": rescoring.source_label(args),
+            "runs": summary,
+            "ratio_of_means_to_first": ratios,
+        },
+    )
     with open(out / "margin.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["run", "benchmark", "problem_id", "margin"])
@@ -159,7 +182,6 @@ def run(args: argparse.Namespace) -> int:
         mean = "-" if s["mean"] is None else f"{s['mean']:.4f}"
         med = "-" if s["median"] is None else f"{s['median']:.4f}"
         ratio = "-" if ratios[name] is None else f"{ratios[name]:.2f}x"
-        print(f"{name:<20} problems {s['problems']:>5}  mean {mean}  median {med}  "
-              f"ratio {ratio}")
+        print(f"{name:<20} problems {s['problems']:>5}  mean {mean}  median {med}  ratio {ratio}")
     print(f"wrote {out / 'margin.json'}, margin.csv, margin.png")
     return 0

@@ -49,8 +49,10 @@ def parse_run_specs(specs: Sequence[str]) -> dict[str, Path]:
         if not name or not folder:
             raise ValueError(f"run {spec!r}: expected NAME=EVAL_DIR or EVAL_DIR")
         if name in runs:
-            raise ValueError(f"run name {name!r} given twice ({runs[name]} and {folder}); "
-                             "name them with NAME=EVAL_DIR")
+            raise ValueError(
+                f"run name {name!r} given twice ({runs[name]} and {folder}); "
+                "name them with NAME=EVAL_DIR"
+            )
         runs[name] = Path(folder)
     return runs
 
@@ -61,15 +63,19 @@ def load_run(name: str, path: str | Path, benchmarks: Sequence[str] | None = Non
     folder = path.parent if path.is_file() else path
     samples_path = path if path.is_file() else folder / SAMPLES_FILE
     if not samples_path.is_file():
-        raise FileNotFoundError(f"run {name!r}: no {SAMPLES_FILE} in {folder} "
-                                "(expected the --output folder of `groupwise eval`)")
+        raise FileNotFoundError(
+            f"run {name!r}: no {SAMPLES_FILE} in {folder} "
+            "(expected the --output folder of `groupwise eval`)"
+        )
     samples = read_samples(samples_path)
     if benchmarks:
         present = sorted({s.benchmark for s in samples})
         missing = [b for b in benchmarks if b not in present]
         if missing:
-            raise ValueError(f"run {name!r}: benchmark(s) {', '.join(missing)} not in "
-                             f"{samples_path} (present: {', '.join(present)})")
+            raise ValueError(
+                f"run {name!r}: benchmark(s) {', '.join(missing)} not in "
+                f"{samples_path} (present: {', '.join(present)})"
+            )
         samples = [s for s in samples if s.benchmark in benchmarks]
     problems_path = folder / PROBLEMS_FILE
     problems = read_problems(problems_path) if problems_path.is_file() else {}
@@ -92,9 +98,12 @@ def warn_if_fewer_samples(runs: Sequence[EvalRun], analysis: str, protocol: int 
     for run in runs:
         fewest = min((len(g) for g in run.by_problem().values()), default=0)
         if fewest < protocol:
-            warnings.warn(f"analyze {analysis}: run {run.name!r} ({run.path}) has {fewest} "
-                          f"samples per problem; the paper's protocol uses {protocol} "
-                          "(groupwise eval --n)", stacklevel=2)
+            warnings.warn(
+                f"analyze {analysis}: run {run.name!r} ({run.path}) has {fewest} "
+                f"samples per problem; the paper's protocol uses {protocol} "
+                "(groupwise eval --n)",
+                stacklevel=2,
+            )
 
 
 def common_problems(runs: Sequence[EvalRun]) -> list[ProblemKey]:
@@ -103,6 +112,8 @@ def common_problems(runs: Sequence[EvalRun]) -> list[ProblemKey]:
     shared = set(keys[0]).intersection(*keys[1:]) if keys else set()
     if any(len(k) != len(shared) for k in keys):
         sizes = ", ".join(f"{run.name}: {len(k)}" for run, k in zip(runs, keys, strict=True))
-        warnings.warn(f"runs cover different problems ({sizes}); using the {len(shared)} "
-                      "they share", stacklevel=2)
+        warnings.warn(
+            f"runs cover different problems ({sizes}); using the {len(shared)} they share",
+            stacklevel=2,
+        )
     return [k for k in keys[0] if k in shared] if keys else []

@@ -236,7 +236,8 @@ class BenchmarkSpec:
         if unknown:
             raise ValueError(
                 f"benchmark {name!r} has no option {unknown[0]!r}; valid options: {list(valid)}"
-                if valid else f"benchmark {name!r} takes no options, got {unknown[0]!r}"
+                if valid
+                else f"benchmark {name!r} takes no options, got {unknown[0]!r}"
             )
         return spec
 

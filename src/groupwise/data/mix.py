@@ -48,12 +48,15 @@ class MixPart:
         where = self.label
         if self.size is not None and self.fraction is not None:
             raise ValueError(f"{where}: give size or fraction, not both")
-        if self.size is not None and (isinstance(self.size, bool) or not isinstance(
-                self.size, int) or self.size < 1):
+        if self.size is not None and (
+            isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1
+        ):
             raise ValueError(f"{where}: size must be an integer >= 1, got {self.size!r}")
-        if self.fraction is not None and not (isinstance(self.fraction, (int, float))
-                                              and not isinstance(self.fraction, bool)
-                                              and 0 < self.fraction <= 1):
+        if self.fraction is not None and not (
+            isinstance(self.fraction, (int, float))
+            and not isinstance(self.fraction, bool)
+            and 0 < self.fraction <= 1
+        ):
             raise ValueError(f"{where}: fraction must be in (0, 1], got {self.fraction!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"{where}: seed must be an integer >= 0, got {self.seed!r}")
@@ -70,8 +73,10 @@ class MixPart:
         """A part from a config mapping with MixPart's keys; `where` names it in errors (e.g.
         "data.mix[1]")."""
         if not isinstance(data, Mapping):
-            raise ValueError(f"{where}: expected a mapping with keys benchmark, split, options, "
-                             f"size or fraction, seed; got {data!r}")
+            raise ValueError(
+                f"{where}: expected a mapping with keys benchmark, split, options, "
+                f"size or fraction, seed; got {data!r}"
+            )
         valid = [f.name for f in fields(cls)]
         unknown = sorted(set(data) - set(valid))
         if unknown:
@@ -84,8 +89,9 @@ class MixPart:
             raise ValueError(f"{where}: {err}") from None
 
 
-def select_part(part: MixPart, problems: Sequence[Problem], where: str | None = None
-                ) -> list[Problem]:
+def select_part(
+    part: MixPart, problems: Sequence[Problem], where: str | None = None
+) -> list[Problem]:
     """The problems `part` takes from its benchmark's `problems`: all, or a random `size` /
     `fraction` of them drawn with `part.seed`, kept in their original order. Pure: the same
     part and problems always give the same list. `where` names the part in errors."""
@@ -100,8 +106,10 @@ def select_part(part: MixPart, problems: Sequence[Problem], where: str | None = 
     else:
         count = int(part.fraction * available + 0.5)  # nearest, halves up
         if count < 1:
-            raise ValueError(f"{where}: fraction {part.fraction} of {available} problems in "
-                             f"{part.label} selects none")
+            raise ValueError(
+                f"{where}: fraction {part.fraction} of {available} problems in "
+                f"{part.label} selects none"
+            )
     chosen = sorted(random.Random(part.seed).sample(range(available), count))
     return [problems[i] for i in chosen]
 
@@ -117,8 +125,10 @@ def mix_problems(parts: Sequence[tuple[MixPart, Sequence[Problem]]]) -> list[Pro
         for problem in select_part(part, problems, f"mix part {number} ({part.label})"):
             if problem.id in taken:
                 first = parts[taken[problem.id]][0]
-                raise ValueError(f"mix part {number} ({part.label}) takes {problem.id}, which "
-                                 f"part {taken[problem.id]} ({first.label}) takes too")
+                raise ValueError(
+                    f"mix part {number} ({part.label}) takes {problem.id}, which "
+                    f"part {taken[problem.id]} ({first.label}) takes too"
+                )
             taken[problem.id] = number
             out.append(problem)
     return out

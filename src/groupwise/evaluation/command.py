@@ -37,13 +37,28 @@ if TYPE_CHECKING:
     from groupwise.rewards import Verdict
 
 # EvalConfig field -> the flag that sets it
-FLAGS = {"model": "--model", "adapter": "--adapter", "benchmarks": "--benchmarks", "n": "--n",
-         "ks": "--k", "temperature": "--temperature", "top_p": "--top-p",
-         "max_new_tokens": "--max-new-tokens", "prompt": "--prompt", "checking": "--checking",
-         "limit": "--limit",
-         "batch_size": "--batch-size", "dtype": "--dtype", "seed": "--seed",
-         "data_dir": "--data-dir", "engine": "--engine", "api": "--api", "stop": "--stop",
-         "tokenizer": "--tokenizer", "base_url": "--base-url"}
+FLAGS = {
+    "model": "--model",
+    "adapter": "--adapter",
+    "benchmarks": "--benchmarks",
+    "n": "--n",
+    "ks": "--k",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "max_new_tokens": "--max-new-tokens",
+    "prompt": "--prompt",
+    "checking": "--checking",
+    "limit": "--limit",
+    "batch_size": "--batch-size",
+    "dtype": "--dtype",
+    "seed": "--seed",
+    "data_dir": "--data-dir",
+    "engine": "--engine",
+    "api": "--api",
+    "stop": "--stop",
+    "tokenizer": "--tokenizer",
+    "base_url": "--base-url",
+}
 
 
 class FlagError(ValueError):
@@ -57,8 +72,9 @@ def _int_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}"
-                                         ) from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
 
 
 def _str_list(text: str) -> tuple[str, ...]:
@@ -69,72 +85,142 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from groupwise.data.prompts import TEMPLATES
 
     p = parser.add_argument
-    p("--model", required=True, help="alias (smollm2-135m-instruct, tiny-random, ...), folder or "
-                                     "hub id; with --engine openai the served model name")
-    p("--engine", choices=ENGINES, default="transformers",
-      help="what samples: transformers (groupwise's decode loop, CPU or one GPU), vllm (vLLM in "
-           "process) or openai (any OpenAI-compatible server at --base-url)")
-    p("--adapter", default=None,
-      help="LoRA adapter: a training run folder (final adapter, else latest checkpoint), a "
-           "checkpoint folder or an adapter folder")
-    p("--preset", choices=sorted(PRESETS), default="amir",
-      help="protocol defaults: amir (paper: 7 benchmarks, AQUA-RAT as the official code shows "
-           "it, n 8, k 1,2,4, T 0.6, 1024 tokens, amir prompt) or lens (math500 with pass@k per "
-           "level and for Levels 4-5, n 16, k 1..16, T 1.0, top-p 1.0, 4096 tokens, boxed "
-           "prompt); explicit flags override")
-    p("--benchmarks", type=_str_list, default=None,
-      help="comma-separated NAME[:SPLIT][@KEY=VALUE...] (e.g. gsm8k,livemathbench:hard_en,"
-           "aqua@format=official)")
+    p(
+        "--model",
+        required=True,
+        help="alias (smollm2-135m-instruct, tiny-random, ...), folder or "
+        "hub id; with --engine openai the served model name",
+    )
+    p(
+        "--engine",
+        choices=ENGINES,
+        default="transformers",
+        help="what samples: transformers (groupwise's decode loop, CPU or one GPU), vllm (vLLM in "
+        "process) or openai (any OpenAI-compatible server at --base-url)",
+    )
+    p(
+        "--adapter",
+        default=None,
+        help="LoRA adapter: a training run folder (final adapter, else latest checkpoint), a "
+        "checkpoint folder or an adapter folder",
+    )
+    p(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="amir",
+        help="protocol defaults: amir (paper: 7 benchmarks, AQUA-RAT as the official code shows "
+        "it, n 8, k 1,2,4, T 0.6, 1024 tokens, amir prompt) or lens (math500 with pass@k per "
+        "level and for Levels 4-5, n 16, k 1..16, T 1.0, top-p 1.0, 4096 tokens, boxed "
+        "prompt); explicit flags override",
+    )
+    p(
+        "--benchmarks",
+        type=_str_list,
+        default=None,
+        help="comma-separated NAME[:SPLIT][@KEY=VALUE...] (e.g. gsm8k,livemathbench:hard_en,"
+        "aqua@format=official)",
+    )
     p("--n", type=int, default=None, help="samples per problem")
     p("--k", dest="ks", type=_int_list, default=None, help="comma-separated k of pass@k")
     p("--temperature", type=float, default=None)
     p("--top-p", type=float, default=None)
     p("--max-new-tokens", type=int, default=None)
     p("--prompt", default=None, choices=sorted(TEMPLATES), help="prompt template")
-    p("--checking", default=None, choices=list(MODES),
-      help="how answers are checked (as train's reward.checking): amir_eval (AMIR-GRPO's "
-           "evaluation grader: no <answer> block, no credit; amir preset), groupwise (ours: "
-           "boxes, '#### N', 'the answer is' anywhere), math_verify (Math-Verify on the whole "
-           "completion; lens preset), amir_official (AMIR-GRPO's training reward check)")
+    p(
+        "--checking",
+        default=None,
+        choices=list(MODES),
+        help="how answers are checked (as train's reward.checking): amir_eval (AMIR-GRPO's "
+        "evaluation grader: no <answer> block, no credit; amir preset), groupwise (ours: "
+        "boxes, '#### N', 'the answer is' anywhere), math_verify (Math-Verify on the whole "
+        "completion; lens preset), amir_official (AMIR-GRPO's training reward check)",
+    )
     p("--grading", default=None, choices=list(FORMER_GRADINGS), help=argparse.SUPPRESS)
     p("--limit", type=int, default=None, help="first N problems of each benchmark")
     p("--data-dir", default=None, help="benchmark folder (default: $GROUPWISE_DATA)")
-    p("--stop", action="append", default=None, metavar="STRING",
-      help="a string that ends a completion (repeatable; vllm and openai engines)")
-    p("--batch-size", type=int, default=None,
-      help="completions sampled by one call; also the unit of saving and of the progress bar "
-           "(default: " + ", ".join(f"{k} {v}" for k, v in DEFAULT_BATCH_SIZES.items()) + ")")
-    p("--logp-batch-size", type=int, default=None,
-      help="transformers engine: sequences per forward pass when scoring mean_logp (default 8)")
-    p("--dtype", choices=("float32", "bfloat16", "float16", "auto"), default="float32",
-      help="weights dtype (transformers and vllm engines; auto: the checkpoint's own)")
-    p("--device", default=None,
-      help="transformers engine: cpu or cuda (default: cuda when available)")
+    p(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="STRING",
+        help="a string that ends a completion (repeatable; vllm and openai engines)",
+    )
+    p(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="completions sampled by one call; also the unit of saving and of the progress bar "
+        "(default: " + ", ".join(f"{k} {v}" for k, v in DEFAULT_BATCH_SIZES.items()) + ")",
+    )
+    p(
+        "--logp-batch-size",
+        type=int,
+        default=None,
+        help="transformers engine: sequences per forward pass when scoring mean_logp (default 8)",
+    )
+    p(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16", "auto"),
+        default="float32",
+        help="weights dtype (transformers and vllm engines; auto: the checkpoint's own)",
+    )
+    p(
+        "--device",
+        default=None,
+        help="transformers engine: cpu or cuda (default: cuda when available)",
+    )
     server = parser.add_argument_group("--engine openai")
-    server.add_argument("--base-url", default=None,
-                        help="the server's API root, e.g. http://127.0.0.1:8000/v1")
-    server.add_argument("--api", choices=APIS, default=None,
-                        help="chat (the server renders its chat template; default) or "
-                             "completions (prompts rendered here with --tokenizer's chat "
-                             "template; the default for --prompt plain)")
-    server.add_argument("--tokenizer", default=None,
-                        help="the served model's tokenizer (alias, folder or hub id), to "
-                             "render chat prompts for --api completions")
-    server.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                        help="environment variable holding the API key (default "
-                             "OPENAI_API_KEY; unset: no key sent)")
-    server.add_argument("--concurrency", type=int, default=16,
-                        help="requests in flight at once (default 16)")
-    server.add_argument("--retries", type=int, default=5,
-                        help="further tries of a request after HTTP 408/409/429/5xx, a timeout "
-                             "or a lost connection, with exponential backoff (default 5)")
-    server.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="seconds to wait for one response (default 600)")
+    server.add_argument(
+        "--base-url", default=None, help="the server's API root, e.g. http://127.0.0.1:8000/v1"
+    )
+    server.add_argument(
+        "--api",
+        choices=APIS,
+        default=None,
+        help="chat (the server renders its chat template; default) or "
+        "completions (prompts rendered here with --tokenizer's chat "
+        "template; the default for --prompt plain)",
+    )
+    server.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the served model's tokenizer (alias, folder or hub id), to "
+        "render chat prompts for --api completions",
+    )
+    server.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (default "
+        "OPENAI_API_KEY; unset: no key sent)",
+    )
+    server.add_argument(
+        "--concurrency", type=int, default=16, help="requests in flight at once (default 16)"
+    )
+    server.add_argument(
+        "--retries",
+        type=int,
+        default=5,
+        help="further tries of a request after HTTP 408/409/429/5xx, a timeout "
+        "or a lost connection, with exponential backoff (default 5)",
+    )
+    server.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="seconds to wait for one response (default 600)",
+    )
     vllm = parser.add_argument_group("--engine vllm")
-    vllm.add_argument("--vllm-arg", action="append", default=None, metavar="KEY=VALUE",
-                      help="a vllm.LLM argument, VALUE read as JSON where it parses "
-                           "(repeatable): tensor_parallel_size=8, gpu_memory_utilization=0.9, "
-                           "max_model_len=8192, ...")
+    vllm.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="a vllm.LLM argument, VALUE read as JSON where it parses "
+        "(repeatable): tensor_parallel_size=8, gpu_memory_utilization=0.9, "
+        "max_model_len=8192, ...",
+    )
     p("--seed", type=int, default=0)
     p("--workers", type=int, default=2, help="answer-checking worker processes (default 2)")
     p("--quiet", action="store_true", help="no progress bars")
@@ -164,8 +250,10 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         raise FlagError("--data-dir", f"no folder {args.data_dir}")
     base_url = args.base_url
     if args.engine == "openai" and base_url is None:
-        raise FlagError("--base-url", "the openai engine needs the server's API root, e.g. "
-                                      "http://127.0.0.1:8000/v1")
+        raise FlagError(
+            "--base-url",
+            "the openai engine needs the server's API root, e.g. http://127.0.0.1:8000/v1",
+        )
     try:
         base_url = check_base_url(base_url) if base_url is not None else None
     except ValueError as err:
@@ -182,14 +270,25 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     if args.engine == "openai" and api is None:
         chat = chosen["prompt"] in TEMPLATES and TEMPLATES[chosen["prompt"]].chat
         api = "chat" if chat else "completions"
-    batch_size = (args.batch_size if args.batch_size is not None
-                  else DEFAULT_BATCH_SIZES.get(args.engine, 64))
+    batch_size = (
+        args.batch_size if args.batch_size is not None else DEFAULT_BATCH_SIZES.get(args.engine, 64)
+    )
     try:
-        return EvalConfig(model=args.model, adapter=adapter, limit=args.limit,
-                          batch_size=batch_size, dtype=args.dtype, seed=args.seed,
-                          data_dir=args.data_dir, engine=args.engine, api=api,
-                          stop=tuple(args.stop or ()), tokenizer=args.tokenizer,
-                          base_url=base_url, **chosen)
+        return EvalConfig(
+            model=args.model,
+            adapter=adapter,
+            limit=args.limit,
+            batch_size=batch_size,
+            dtype=args.dtype,
+            seed=args.seed,
+            data_dir=args.data_dir,
+            engine=args.engine,
+            api=api,
+            stop=tuple(args.stop or ()),
+            tokenizer=args.tokenizer,
+            base_url=base_url,
+            **chosen,
+        )
     except InvalidSetting as err:
         raise FlagError(FLAGS[err.name], err.reason) from None
 
@@ -199,17 +298,21 @@ def check_run_flags(args: argparse.Namespace, config: EvalConfig) -> EngineOptio
     from groupwise.models import resolve_device
     from groupwise.rollout.vllm_engine import parse_engine_args
 
-    for flag, value, low in (("--logp-batch-size", args.logp_batch_size, 1),
-                             ("--workers", args.workers, 1),
-                             ("--concurrency", args.concurrency, 1),
-                             ("--retries", args.retries, 0)):
+    for flag, value, low in (
+        ("--logp-batch-size", args.logp_batch_size, 1),
+        ("--workers", args.workers, 1),
+        ("--concurrency", args.concurrency, 1),
+        ("--retries", args.retries, 0),
+    ):
         if value is not None and value < low:
             raise FlagError(flag, f"must be an integer >= {low}, got {value}")
     if not args.request_timeout > 0:
         raise FlagError("--request-timeout", f"must be > 0 seconds, got {args.request_timeout}")
-    engine_only = {"--device": (args.device, "transformers"),
-                   "--logp-batch-size": (args.logp_batch_size, "transformers"),
-                   "--vllm-arg": (args.vllm_arg, "vllm")}
+    engine_only = {
+        "--device": (args.device, "transformers"),
+        "--logp-batch-size": (args.logp_batch_size, "transformers"),
+        "--vllm-arg": (args.vllm_arg, "vllm"),
+    }
     for flag, (value, engine) in engine_only.items():
         if value is not None and config.engine != engine:
             raise FlagError(flag, f"applies to --engine {engine}, not {config.engine}")
@@ -223,11 +326,16 @@ def check_run_flags(args: argparse.Namespace, config: EvalConfig) -> EngineOptio
         vllm_args = parse_engine_args(args.vllm_arg or [])
     except ValueError as err:
         raise FlagError("--vllm-arg", str(err)) from None
-    return EngineOptions(device=device, logp_batch_size=args.logp_batch_size or 8,
-                         api_key=os.environ.get(args.api_key_env) or None,
-                         concurrency=args.concurrency, retries=args.retries,
-                         timeout=args.request_timeout, vllm_args=vllm_args,
-                         progress=not args.quiet)
+    return EngineOptions(
+        device=device,
+        logp_batch_size=args.logp_batch_size or 8,
+        api_key=os.environ.get(args.api_key_env) or None,
+        concurrency=args.concurrency,
+        retries=args.retries,
+        timeout=args.request_timeout,
+        vllm_args=vllm_args,
+        progress=not args.quiet,
+    )
 
 
 def load_problems(config: EvalConfig) -> dict[str, list[Problem]]:
@@ -285,12 +393,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"groupwise eval: {err}", file=sys.stderr)  # a user error: one line, exit 2
         return 2
     try:
-        results = evaluate(config, problems, sampler, args.output, prompt_fn=prompt_fn,
-                           check_fn=answer_checker(config, args.workers),
-                           progress=not args.quiet)
+        results = evaluate(
+            config,
+            problems,
+            sampler,
+            args.output,
+            prompt_fn=prompt_fn,
+            check_fn=answer_checker(config, args.workers),
+            progress=not args.quiet,
+        )
     except ServerError as err:
-        print(f"groupwise eval: {err}; the samples so far are in {args.output}: rerun the "
-              "same command to resume", file=sys.stderr)
+        print(
+            f"groupwise eval: {err}; the samples so far are in {args.output}: rerun the "
+            "same command to resume",
+            file=sys.stderr,
+        )
         return 1
     print(results_markdown(results))
     print(f"wrote {args.output / 'results.json'}, results.md, results.png, samples.jsonl")

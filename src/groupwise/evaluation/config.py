@@ -31,14 +31,37 @@ from typing import Any
 
 from groupwise.records import MEAN_LOGP_NOTE
 
-PAPER_BENCHMARKS = ("gsm8k", "aime25", "olympiadbench", "amc23", "minerva",
-                    "aqua@format=official", "livemathbench:AMC_en")
+PAPER_BENCHMARKS = (
+    "gsm8k",
+    "aime25",
+    "olympiadbench",
+    "amc23",
+    "minerva",
+    "aqua@format=official",
+    "livemathbench:AMC_en",
+)
 # Preset -> defaults; explicit command-line flags override them.
 PRESETS: dict[str, dict[str, Any]] = {
-    "amir": {"benchmarks": PAPER_BENCHMARKS, "n": 8, "ks": (1, 2, 4), "temperature": 0.6,
-             "top_p": 1.0, "max_new_tokens": 1024, "prompt": "amir", "checking": "amir_eval"},
-    "lens": {"benchmarks": ("math500",), "n": 16, "ks": (1, 2, 4, 8, 16), "temperature": 1.0,
-             "top_p": 1.0, "max_new_tokens": 4096, "prompt": "boxed", "checking": "math_verify"},
+    "amir": {
+        "benchmarks": PAPER_BENCHMARKS,
+        "n": 8,
+        "ks": (1, 2, 4),
+        "temperature": 0.6,
+        "top_p": 1.0,
+        "max_new_tokens": 1024,
+        "prompt": "amir",
+        "checking": "amir_eval",
+    },
+    "lens": {
+        "benchmarks": ("math500",),
+        "n": 16,
+        "ks": (1, 2, 4, 8, 16),
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_new_tokens": 4096,
+        "prompt": "boxed",
+        "checking": "math_verify",
+    },
 }
 # `checking` is one of groupwise.rewards.MODES, the names train's reward.checking takes:
 # - amir_eval: the AMIR-GRPO official evaluation grader (`answer_tag_reward_fn_for_orz`): a
@@ -51,8 +74,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 # - amir_official: the AMIR-GRPO official training reward's check (last box or number).
 # eval first named them `--grading official | lenient | math_verify`; folders written then
 # saved "grading", and are resumed under its checking name (evaluation.folder).
-FORMER_GRADINGS: dict[str, str] = {"official": "amir_eval", "lenient": "groupwise",
-                                   "math_verify": "math_verify"}
+FORMER_GRADINGS: dict[str, str] = {
+    "official": "amir_eval",
+    "lenient": "groupwise",
+    "math_verify": "math_verify",
+}
 # The dtype names groupwise.models.load_model accepts (its DTYPES).
 DTYPE_NAMES = ("float32", "bfloat16", "float16", "auto")
 # How samples are seeded (groupwise.evaluation.sampling.problem_seed); saved in config.json so a
@@ -67,17 +93,25 @@ APIS = ("chat", "completions")
 DEFAULT_BATCH_SIZES = {"transformers": 64, "vllm": 512, "openai": 256}
 # Settings added to config.json after folders were first written: a folder without one was made
 # with this value.
-ADDED_SETTINGS: dict[str, Any] = {"engine": "transformers", "api": None, "stop": [],
-                                  "tokenizer": None}
+ADDED_SETTINGS: dict[str, Any] = {
+    "engine": "transformers",
+    "api": None,
+    "stop": [],
+    "tokenizer": None,
+}
 # What mean_logp of a sample is, by engine (config.json and results.json carry it as "note").
 MEAN_LOGP_NOTES = {
     "transformers": MEAN_LOGP_NOTE,
-    "vllm": ("mean_logp: mean of vLLM's log-probs of the sampled tokens, logprobs_mode "
-             "raw_logprobs: the raw model distribution (temperature 1), before temperature "
-             "and top-p"),
-    "openai": ("mean_logp: mean of the server's log-probs of the sampled tokens (vLLM serve: "
-               "the raw model distribution, temperature 1, unless started with --logprobs-mode "
-               "processed_*); null where the server returned none"),
+    "vllm": (
+        "mean_logp: mean of vLLM's log-probs of the sampled tokens, logprobs_mode "
+        "raw_logprobs: the raw model distribution (temperature 1), before temperature "
+        "and top-p"
+    ),
+    "openai": (
+        "mean_logp: mean of the server's log-probs of the sampled tokens (vLLM serve: "
+        "the raw model distribution, temperature 1, unless started with --logprobs-mode "
+        "processed_*); null where the server returned none"
+    ),
 }
 
 
@@ -146,8 +180,23 @@ class EvalConfig:
     base_url: str | None = None
 
     # Settings that change what samples.jsonl holds: a resumed run must keep them.
-    SAMPLE_KEYS = ("model", "adapter", "n", "temperature", "top_p", "max_new_tokens", "prompt",
-                   "checking", "dtype", "seed", "seeding", "engine", "api", "stop", "tokenizer")
+    SAMPLE_KEYS = (
+        "model",
+        "adapter",
+        "n",
+        "temperature",
+        "top_p",
+        "max_new_tokens",
+        "prompt",
+        "checking",
+        "dtype",
+        "seed",
+        "seeding",
+        "engine",
+        "api",
+        "stop",
+        "tokenizer",
+    )
 
     def __post_init__(self) -> None:
         for name, (valid, rule) in self._rules().items():
@@ -168,11 +217,14 @@ class EvalConfig:
         return {
             "model": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty name"),
             "n": (lambda v: n_ok, "an integer >= 1"),
-            "ks": (lambda v: bool(v) and all(_is_int(k, 1) and (not n_ok or k <= self.n)
-                                             for k in v),
-                   f"integers in 1..n={self.n}"),
-            "temperature": (lambda v: _is_number(v) and math.isfinite(v) and 0 <= v < 1e6,
-                            "a finite number >= 0 (0 = greedy)"),
+            "ks": (
+                lambda v: bool(v) and all(_is_int(k, 1) and (not n_ok or k <= self.n) for k in v),
+                f"integers in 1..n={self.n}",
+            ),
+            "temperature": (
+                lambda v: _is_number(v) and math.isfinite(v) and 0 <= v < 1e6,
+                "a finite number >= 0 (0 = greedy)",
+            ),
             "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "in (0, 1]"),
             "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
             "prompt": (lambda v: v in TEMPLATES, f"one of {', '.join(sorted(TEMPLATES))}"),
@@ -182,25 +234,43 @@ class EvalConfig:
             "dtype": (lambda v: v in DTYPE_NAMES, f"one of {', '.join(DTYPE_NAMES)}"),
             "seed": (lambda v: _is_int(v, 0), "an integer >= 0"),
             "engine": (lambda v: v in ENGINES, f"one of {', '.join(ENGINES)}"),
-            "adapter": (lambda v: v is None or not openai,
-                        "absent with the openai engine (serve the adapter and name it in "
-                        "--model)"),
-            "api": (lambda v: (v in APIS and (v == "completions" or chat)) if openai
-                    else v is None,
-                    ("chat or completions; completions for a prompt that is no chat (plain)"
-                     if openai else "given with the openai engine only")),
-            "stop": (lambda v: isinstance(v, tuple) and all(isinstance(x, str) and x for x in v)
-                     and (not v or self.engine != "transformers"),
-                     "non-empty strings, with the vllm or openai engine (the transformers engine "
-                     "stops at EOS tokens only)"),
-            "tokenizer": (lambda v: (isinstance(v, str) and bool(v)) if needs_tokenizer
-                          else v is None or (openai and isinstance(v, str) and bool(v)),
-                          f"given with --api completions and the chat prompt {self.prompt!r}: "
-                          "the served model's tokenizer (alias, folder or hub id) renders it "
-                          "here (or use --api chat)" if needs_tokenizer
-                          else "given with the openai engine only"),
-            "base_url": (lambda v: isinstance(v, str) and bool(v) if openai else v is None,
-                         "the server's API root with the openai engine, absent otherwise"),
+            "adapter": (
+                lambda v: v is None or not openai,
+                "absent with the openai engine (serve the adapter and name it in --model)",
+            ),
+            "api": (
+                lambda v: (v in APIS and (v == "completions" or chat)) if openai else v is None,
+                (
+                    "chat or completions; completions for a prompt that is no chat (plain)"
+                    if openai
+                    else "given with the openai engine only"
+                ),
+            ),
+            "stop": (
+                lambda v: (
+                    isinstance(v, tuple)
+                    and all(isinstance(x, str) and x for x in v)
+                    and (not v or self.engine != "transformers")
+                ),
+                "non-empty strings, with the vllm or openai engine (the transformers engine "
+                "stops at EOS tokens only)",
+            ),
+            "tokenizer": (
+                lambda v: (
+                    (isinstance(v, str) and bool(v))
+                    if needs_tokenizer
+                    else v is None or (openai and isinstance(v, str) and bool(v))
+                ),
+                f"given with --api completions and the chat prompt {self.prompt!r}: "
+                "the served model's tokenizer (alias, folder or hub id) renders it "
+                "here (or use --api chat)"
+                if needs_tokenizer
+                else "given with the openai engine only",
+            ),
+            "base_url": (
+                lambda v: isinstance(v, str) and bool(v) if openai else v is None,
+                "the server's API root with the openai engine, absent otherwise",
+            ),
         }
 
     @property
@@ -210,8 +280,10 @@ class EvalConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as JSON values, with the seeding scheme (config.json, results.json)."""
-        out = {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-               for f in fields(self)}
+        out = {
+            f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+            for f in fields(self)
+        }
         return {**out, "seeding": SEEDING}
 
 

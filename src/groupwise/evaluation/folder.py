@@ -68,20 +68,28 @@ def check_folder(config: EvalConfig, output_dir: Path) -> None:
     if not _holds_samples(output_dir):
         return  # nothing sampled yet (e.g. a crash before the first sample): any settings do
     if not config_path.is_file():
-        raise ResumeMismatch(f"{output_dir} has {SAMPLES_FILE} but no {CONFIG_FILE}: cannot "
-                             "tell how its samples were made; use a new --output folder")
+        raise ResumeMismatch(
+            f"{output_dir} has {SAMPLES_FILE} but no {CONFIG_FILE}: cannot "
+            "tell how its samples were made; use a new --output folder"
+        )
     saved = read_json(config_path)
     mine = config.to_dict()
     # a setting added since the folder was written: the folder was made with its old value
     saved = {**ADDED_SETTINGS, **saved}
     if "grading" in saved and "checking" not in saved:  # the setting's former name and values
         saved["checking"] = FORMER_GRADINGS.get(saved["grading"], saved["grading"])
-    diffs = [f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}" for k in config.SAMPLE_KEYS
-             if saved.get(k) != mine[k]]
+    diffs = [
+        f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}"
+        for k in config.SAMPLE_KEYS
+        if saved.get(k) != mine[k]
+    ]
     if diffs:
-        raise ResumeMismatch(f"{output_dir} holds samples made with other settings ("
-                             + "; ".join(diffs) + "); use a new --output folder or the same "
-                             "settings to resume")
+        raise ResumeMismatch(
+            f"{output_dir} holds samples made with other settings ("
+            + "; ".join(diffs)
+            + "); use a new --output folder or the same "
+            "settings to resume"
+        )
 
 
 def _complete_problems(output_dir: Path, n: int) -> tuple[dict[ProblemKey, list[Sample]], bool]:
@@ -108,34 +116,44 @@ def load_done(output_dir: Path, n: int) -> dict[ProblemKey, list[Sample]]:
     if stray:
         path = output_dir / SAMPLES_FILE
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(s.to_json() + "\n" for g in done.values() for s in g),
-                       encoding="utf-8")
+        tmp.write_text(
+            "".join(s.to_json() + "\n" for g in done.values() for s in g), encoding="utf-8"
+        )
         tmp.replace(path)
     return done
 
 
-def count_pending(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
-                  output_dir: Path) -> int:
+def count_pending(
+    config: EvalConfig, problems: Mapping[str, Sequence[Problem]], output_dir: Path
+) -> int:
     """How many problems still need sampling in output_dir (checks the folder first)."""
     check_folder(config, output_dir)
     done, _ = _complete_problems(output_dir, config.n)
     return sum((b, p.id) not in done for b, items in problems.items() for p in items)
 
 
-def prepare_folder(config: EvalConfig, output_dir: Path,
-                   problems: Mapping[str, Sequence[Problem]]) -> None:
+def prepare_folder(
+    config: EvalConfig, output_dir: Path, problems: Mapping[str, Sequence[Problem]]
+) -> None:
     """Check the folder, then write config.json and add `problems` to problems.jsonl."""
     from groupwise.data import difficulty_level
 
     check_folder(config, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    write_json(output_dir / CONFIG_FILE, {**config.to_dict(),
-                                          "note": MEAN_LOGP_NOTES[config.engine]})
-    saved = read_problems(output_dir / PROBLEMS_FILE) if (
-        output_dir / PROBLEMS_FILE).is_file() else {}
+    write_json(
+        output_dir / CONFIG_FILE, {**config.to_dict(), "note": MEAN_LOGP_NOTES[config.engine]}
+    )
+    saved = (
+        read_problems(output_dir / PROBLEMS_FILE) if (output_dir / PROBLEMS_FILE).is_file() else {}
+    )
     for bench, items in problems.items():
         for p in items:
-            saved[(bench, p.id)] = SavedProblem(bench, p.id, p.question, p.answer,
-                                                list(p.choices) if p.choices else None,
-                                                difficulty_level(p))
+            saved[(bench, p.id)] = SavedProblem(
+                bench,
+                p.id,
+                p.question,
+                p.answer,
+                list(p.choices) if p.choices else None,
+                difficulty_level(p),
+            )
     write_problems(output_dir / PROBLEMS_FILE, saved.values())

@@ -18,8 +18,9 @@ HARD_LEVELS = (4, 5)
 HARD_LABEL = "4-5"
 
 
-def _level_tables(config: EvalConfig, counts: Sequence[int], levels: Sequence[int | None]
-                  ) -> dict[str, Any]:
+def _level_tables(
+    config: EvalConfig, counts: Sequence[int], levels: Sequence[int | None]
+) -> dict[str, Any]:
     """{"1": table, ..., "5": table, "4-5": table} over the problems with a level (a table per
     level present; "4-5" when any problem is of level 4 or 5)."""
     from groupwise.metrics import pass_at_k_table
@@ -30,12 +31,17 @@ def _level_tables(config: EvalConfig, counts: Sequence[int], levels: Sequence[in
     hard = [c for c, lv in zip(counts, levels, strict=True) if lv in HARD_LEVELS]
     if hard:
         groups[HARD_LABEL] = hard
-    return {label: pass_at_k_table(subset, config.n, config.ks, seed=config.seed)
-            for label, subset in groups.items()}
+    return {
+        label: pass_at_k_table(subset, config.n, config.ks, seed=config.seed)
+        for label, subset in groups.items()
+    }
 
 
-def results_table(config: EvalConfig, groups: Mapping[str, Sequence[Sequence[Sample]]],
-                  levels: Mapping[str, Sequence[int | None]] | None = None) -> dict[str, Any]:
+def results_table(
+    config: EvalConfig,
+    groups: Mapping[str, Sequence[Sequence[Sample]]],
+    levels: Mapping[str, Sequence[int | None]] | None = None,
+) -> dict[str, Any]:
     """{benchmark: {"n", "problems", "pass@k", "pass@k_ci", ..., "timeouts", "no_answer",
     "errors", "truncated", "mean_tokens"[, "levels"]}, "config": {...}} from each problem's n
     samples.
@@ -73,19 +79,28 @@ def _benchmarks(results: Mapping[str, Any]) -> list[str]:
 
 
 def level_label(level: str) -> str:
-    """"Level 3" for "3", "Levels 4-5" for "4-5"."""
+    """ "Level 3" for "3", "Levels 4-5" for "4-5"."""
     return f"Levels {level}" if "-" in level else f"Level {level}"
 
 
 def _row(label: str, table: Mapping[str, Any], ks: Sequence[int]) -> list[str]:
-    return [label, str(table["problems"]),
-            *(f"{100 * table[f'pass@{k}']:.1f} [{100 * table[f'pass@{k}_ci'][0]:.1f}, "
-              f"{100 * table[f'pass@{k}_ci'][1]:.1f}]" for k in ks)]
+    return [
+        label,
+        str(table["problems"]),
+        *(
+            f"{100 * table[f'pass@{k}']:.1f} [{100 * table[f'pass@{k}_ci'][0]:.1f}, "
+            f"{100 * table[f'pass@{k}_ci'][1]:.1f}]"
+            for k in ks
+        ),
+    ]
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(row) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
 
 
 def results_markdown(results: Mapping[str, Any]) -> str:
@@ -93,26 +108,39 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     benchmark, then one per leveled benchmark, by level."""
     ks = results["config"]["ks"]
     passes = [f"pass@{k} (%)" for k in ks]
-    rows = [[*_row(bench, results[bench], ks), str(results[bench]["no_answer"]),
-             str(results[bench]["timeouts"]), str(results[bench]["truncated"])]
-            for bench in _benchmarks(results)]
-    lines = _markdown_table(["benchmark", "problems", *passes, "no answer", "timeouts",
-                             "truncated"], rows)
+    rows = [
+        [
+            *_row(bench, results[bench], ks),
+            str(results[bench]["no_answer"]),
+            str(results[bench]["timeouts"]),
+            str(results[bench]["truncated"]),
+        ]
+        for bench in _benchmarks(results)
+    ]
+    lines = _markdown_table(
+        ["benchmark", "problems", *passes, "no answer", "timeouts", "truncated"], rows
+    )
     for bench in _benchmarks(results):
         if "levels" in results[bench]:
             lines += ["", f"{bench} by MATH difficulty level:", ""]
-            lines += _markdown_table(["level", "problems", *passes],
-                                     [_row(level_label(level), table, ks)
-                                      for level, table in results[bench]["levels"].items()])
+            lines += _markdown_table(
+                ["level", "problems", *passes],
+                [
+                    _row(level_label(level), table, ks)
+                    for level, table in results[bench]["levels"].items()
+                ],
+            )
     config = results["config"]
     engine = config.get("engine", "transformers")  # results.json of older folders lack it
     served = f" at {config['base_url']}, {config['api']} endpoint" if engine == "openai" else ""
-    lines.append(f"\nmodel {config['model']}" + (f" + adapter {config['adapter']}"
-                                                 if config["adapter"] else "")
-                 + f"; engine {engine}{served}; n={config['n']}, temperature "
-                 f"{config['temperature']}, top-p {config['top_p']}, "
-                 f"{config['max_new_tokens']} new tokens, prompt {config['prompt']}"
-                 + (f", stop {config['stop']}" if config.get("stop") else ""))
+    lines.append(
+        f"\nmodel {config['model']}"
+        + (f" + adapter {config['adapter']}" if config["adapter"] else "")
+        + f"; engine {engine}{served}; n={config['n']}, temperature "
+        f"{config['temperature']}, top-p {config['top_p']}, "
+        f"{config['max_new_tokens']} new tokens, prompt {config['prompt']}"
+        + (f", stop {config['stop']}" if config.get("stop") else "")
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -124,12 +152,19 @@ def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequenc
     width = 0.8 / len(ks)
     for i, (k, color) in enumerate(zip(ks, series_colors(len(ks)), strict=True)):
         values = [100 * entries[e][f"pass@{k}"] for e in labels]
-        low = [v - 100 * entries[e][f"pass@{k}_ci"][0] for v, e in zip(values, labels,
-                                                                       strict=True)]
-        high = [100 * entries[e][f"pass@{k}_ci"][1] - v for v, e in zip(values, labels,
-                                                                        strict=True)]
-        ax.bar([j + (i - (len(ks) - 1) / 2) * width for j in range(len(labels))], values,
-               width, yerr=[low, high], capsize=2, color=color, label=f"pass@{k}")
+        low = [v - 100 * entries[e][f"pass@{k}_ci"][0] for v, e in zip(values, labels, strict=True)]
+        high = [
+            100 * entries[e][f"pass@{k}_ci"][1] - v for v, e in zip(values, labels, strict=True)
+        ]
+        ax.bar(
+            [j + (i - (len(ks) - 1) / 2) * width for j in range(len(labels))],
+            values,
+            width,
+            yerr=[low, high],
+            capsize=2,
+            color=color,
+            label=f"pass@{k}",
+        )
     ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
     ax.set_ylabel("%")
     ax.set_ylim(0, 105)
@@ -146,13 +181,13 @@ def plot_results(results: Mapping[str, Any], path: Path) -> Path:
     ks = results["config"]["ks"]
     widths = [max(5.0, 1.0 + 0.4 * len(ks) * len(benches))]
     widths += [max(5.0, 1.0 + 0.4 * len(ks) * len(results[b]["levels"])) for b in leveled]
-    fig, axes = new_figure(width=sum(widths), ncols=len(widths),
-                           gridspec_kw={"width_ratios": widths})
+    fig, axes = new_figure(
+        width=sum(widths), ncols=len(widths), gridspec_kw={"width_ratios": widths}
+    )
     _grouped_bars(axes[0, 0], {b: results[b] for b in benches}, ks)
     axes[0, 0].set_title(f"{results['config']['model']}: pass@k (n={results['config']['n']})")
     for ax, bench in zip(axes[0, 1:], leveled, strict=True):
-        _grouped_bars(ax, {level_label(lv): t for lv, t in results[bench]["levels"].items()},
-                      ks)
+        _grouped_bars(ax, {level_label(lv): t for lv, t in results[bench]["levels"].items()}, ks)
         ax.set_title(f"{bench} by MATH difficulty level")
     return save_figure(fig, path)
 

@@ -44,8 +44,9 @@ def problem_seed(seed: int, benchmark: str, problem_id: str) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def sample_records(bench: str, chunk: Sequence[Problem], completions: Completions,
-                   verdicts: Sequence[Verdict]) -> list[Sample]:
+def sample_records(
+    bench: str, chunk: Sequence[Problem], completions: Completions, verdicts: Sequence[Verdict]
+) -> list[Sample]:
     """The Sample records of one sampling call (group-major: n rows per problem)."""
     from groupwise.rewards import parse_confidence
 
@@ -54,26 +55,37 @@ def sample_records(bench: str, chunk: Sequence[Problem], completions: Completion
     for row, text in enumerate(completions.texts):
         problem = chunk[row // n]
         logp, tokens = completions.mean_logp[row], completions.tokens[row]
-        out.append(Sample(
-            benchmark=bench, problem_id=problem.id, sample=row % n, completion=text,
-            extracted=verdicts[row].extracted, verdict=verdicts[row].status,
-            tokens=int(tokens), truncated=bool(completions.truncated[row]),
-            mean_logp=None if logp is None or math.isnan(logp) or tokens == 0 else float(logp),
-            confidence=parse_confidence(text), gold=problem.answer))
+        out.append(
+            Sample(
+                benchmark=bench,
+                problem_id=problem.id,
+                sample=row % n,
+                completion=text,
+                extracted=verdicts[row].extracted,
+                verdict=verdicts[row].status,
+                tokens=int(tokens),
+                truncated=bool(completions.truncated[row]),
+                mean_logp=None if logp is None or math.isnan(logp) or tokens == 0 else float(logp),
+                confidence=parse_confidence(text),
+                gold=problem.answer,
+            )
+        )
     return out
 
 
 class _Progress:
     """A progress bar over one benchmark's problems, showing the running pass@1."""
 
-    def __init__(self, bench: str, total: int, finished: Sequence[Sequence[Sample]],
-                 enabled: bool) -> None:
+    def __init__(
+        self, bench: str, total: int, finished: Sequence[Sequence[Sample]], enabled: bool
+    ) -> None:
         from tqdm import tqdm
 
         self.correct = sum(s.correct for g in finished for s in g)
         self.sampled = sum(len(g) for g in finished)
-        self.bar = tqdm(total=total, initial=len(finished), desc=bench, unit="problem",
-                        disable=not enabled)
+        self.bar = tqdm(
+            total=total, initial=len(finished), desc=bench, unit="problem", disable=not enabled
+        )
         self._show()
 
     def _show(self) -> None:
@@ -90,26 +102,40 @@ class _Progress:
         self.bar.close()
 
 
-def _sample_chunk(config: EvalConfig, bench: str, chunk: Sequence[Problem], sampler: Sampler,
-                  prompt_fn: Callable[[Problem], Prompt], check_fn: CheckFn) -> list[Sample]:
+def _sample_chunk(
+    config: EvalConfig,
+    bench: str,
+    chunk: Sequence[Problem],
+    sampler: Sampler,
+    prompt_fn: Callable[[Problem], Prompt],
+    check_fn: CheckFn,
+) -> list[Sample]:
     """One sampling call: n samples of each problem of `chunk`, checked."""
     from groupwise.rollout import SamplingParams
 
-    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
-                              max_new_tokens=config.max_new_tokens, stop=config.stop)
+    sampling = SamplingParams(
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens,
+        stop=config.stop,
+    )
     seeds = [problem_seed(config.seed, bench, p.id) for p in chunk]
     completions = sampler.sample([prompt_fn(p) for p in chunk], config.n, sampling, seeds)
-    verdicts = check_fn(list(completions.texts),
-                        [p.answer for p in chunk for _ in range(config.n)])
+    verdicts = check_fn(list(completions.texts), [p.answer for p in chunk for _ in range(config.n)])
     return sample_records(bench, chunk, completions, verdicts)
 
 
-def evaluate(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
-             generator: Sampler | Generator | None, output_dir: str | Path, *,
-             prompt_fn: Callable[[Problem], Prompt] | None,
-             logp_fn: Callable[[Rollouts], torch.Tensor] | None = None,
-             check_fn: CheckFn | None = None,
-             progress: bool = True) -> dict[str, Any]:
+def evaluate(
+    config: EvalConfig,
+    problems: Mapping[str, Sequence[Problem]],
+    generator: Sampler | Generator | None,
+    output_dir: str | Path,
+    *,
+    prompt_fn: Callable[[Problem], Prompt] | None,
+    logp_fn: Callable[[Rollouts], torch.Tensor] | None = None,
+    check_fn: CheckFn | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Sample, check and save n completions for every problem not yet done; return results.
 
     problems: {benchmark: problems}, the keys as they appear in samples and results.
@@ -142,12 +168,18 @@ def evaluate(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
         for bench, items in problems.items():
             todo = [p for p in items if (bench, p.id) not in done]
             if todo and (sampler is None or prompt_fn is None):
-                raise ValueError(f"{len(todo)} problem(s) of {bench} need sampling but no "
-                                 "generator or prompt_fn was given")
-            bar = _Progress(bench, len(items), [done[(bench, p.id)] for p in items
-                                                if (bench, p.id) in done], progress)
+                raise ValueError(
+                    f"{len(todo)} problem(s) of {bench} need sampling but no "
+                    "generator or prompt_fn was given"
+                )
+            bar = _Progress(
+                bench,
+                len(items),
+                [done[(bench, p.id)] for p in items if (bench, p.id) in done],
+                progress,
+            )
             for start in range(0, len(todo), per_call):
-                chunk = todo[start:start + per_call]
+                chunk = todo[start : start + per_call]
                 records = _sample_chunk(config, bench, chunk, sampler, prompt_fn, check_fn)
                 sink.write("".join(r.to_json() + "\n" for r in records))
                 sink.flush()
@@ -156,9 +188,10 @@ def evaluate(config: EvalConfig, problems: Mapping[str, Sequence[Problem]],
             bar.close()
     from groupwise.data import difficulty_level
 
-    results = results_table(config, {b: [done[(b, p.id)] for p in items]
-                                     for b, items in problems.items()},
-                            {b: [difficulty_level(p) for p in items]
-                             for b, items in problems.items()})
+    results = results_table(
+        config,
+        {b: [done[(b, p.id)] for p in items] for b, items in problems.items()},
+        {b: [difficulty_level(p) for p in items] for b, items in problems.items()},
+    )
     write_results(results, output_dir)
     return results

@@ -155,8 +155,11 @@ class VLLMEngine:
             # the draw of the discarded partial-prefill step. Whole prefills avoid it; vLLM
             # then needs a step budget of a whole sequence.
             length = extra.get("max_model_len") or _model_length(args["model"])
-            args.update(enforce_eager=True, enable_chunked_prefill=False,
-                        max_num_batched_tokens=max(4096, length))
+            args.update(
+                enforce_eager=True,
+                enable_chunked_prefill=False,
+                max_num_batched_tokens=max(4096, length),
+            )
         self.lora = None
         self.lora_enabled = adapter is not None
         if adapter is not None:

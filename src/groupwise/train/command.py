@@ -100,9 +100,7 @@ def _open_run_folder(config: Config, args: argparse.Namespace) -> RunFolder | No
     return folder
 
 
-def _train(
-    config: Config, args: argparse.Namespace, folder: RunFolder | None, debug: bool
-) -> int:
+def _train(config: Config, args: argparse.Namespace, folder: RunFolder | None, debug: bool) -> int:
     from groupwise.train.trainer import Trainer
 
     try:

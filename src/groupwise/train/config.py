@@ -315,9 +315,7 @@ def _check_combinations(c: Config) -> None:
             f"rollout.dtype={c.rollout.dtype} sets the dtype of the inference copy; "
             "it needs rollout.inference_copy=true (or rollout.dtype=auto)"
         )
-    needs_reference = c.algorithm.kl_coef > 0 or (
-        c.algorithm.amir and not c.algorithm.ref_free
-    )
+    needs_reference = c.algorithm.kl_coef > 0 or (c.algorithm.amir and not c.algorithm.ref_free)
     if needs_reference and not c.model.lora:
         raise ConfigError(
             "a reference policy (algorithm.kl_coef > 0 or algorithm.ref_free=false) needs "
@@ -346,15 +344,27 @@ def _check_ranges(c: Config) -> None:
     """Single options against their ranges: (key, value, within range, the range in words)."""
     a, o = c.algorithm, c.optim
     rules = [
-        ("rollout.temperature", c.rollout.temperature, c.rollout.temperature > 0,
-         "> 0 (training scores each completion at the temperature it was sampled with)"),
+        (
+            "rollout.temperature",
+            c.rollout.temperature,
+            c.rollout.temperature > 0,
+            "> 0 (training scores each completion at the temperature it was sampled with)",
+        ),
         ("rollout.top_p", c.rollout.top_p, 0.0 < c.rollout.top_p <= 1.0, "in (0, 1]"),
         ("reward.timeout", c.reward.timeout, c.reward.timeout > 0, "> 0 seconds"),
-        ("data.limit", c.data.limit, c.data.limit is None or c.data.limit >= 1,
-         ">= 1 (or null: every problem)"),
+        (
+            "data.limit",
+            c.data.limit,
+            c.data.limit is None or c.data.limit >= 1,
+            ">= 1 (or null: every problem)",
+        ),
         ("model.lora_alpha", c.model.lora_alpha, c.model.lora_alpha > 0, "> 0"),
-        ("model.lora_dropout", c.model.lora_dropout, 0.0 <= c.model.lora_dropout < 1.0,
-         "in [0, 1)"),
+        (
+            "model.lora_dropout",
+            c.model.lora_dropout,
+            0.0 <= c.model.lora_dropout < 1.0,
+            "in [0, 1)",
+        ),
         ("algorithm.advantage_eps", a.advantage_eps, a.advantage_eps > 0, "> 0"),
         ("algorithm.eps_low", a.eps_low, 0.0 < a.eps_low < 1.0, "in (0, 1)"),
         ("algorithm.eps_high", a.eps_high, a.eps_high >= 0, ">= 0"),
@@ -365,8 +375,12 @@ def _check_ranges(c: Config) -> None:
         ("optim.beta1", o.beta1, 0.0 <= o.beta1 < 1.0, "in [0, 1)"),
         ("optim.beta2", o.beta2, 0.0 <= o.beta2 < 1.0, "in [0, 1)"),
         ("optim.warmup_ratio", o.warmup_ratio, 0.0 <= o.warmup_ratio < 1.0, "in [0, 1)"),
-        ("train.keep_checkpoints", c.train.keep_checkpoints, c.train.keep_checkpoints >= 0,
-         ">= 0 (0 keeps every checkpoint)"),
+        (
+            "train.keep_checkpoints",
+            c.train.keep_checkpoints,
+            c.train.keep_checkpoints >= 0,
+            ">= 0 (0 keeps every checkpoint)",
+        ),
     ]
     for key, value, ok, valid in rules:
         if not ok:

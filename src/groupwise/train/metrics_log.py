@@ -36,9 +36,7 @@ def trim_jsonl(path: Path, step: int) -> list[str]:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(b"".join(line + b"\n" for line in kept))
     os.replace(tmp, path)
-    notes = [
-        f"{path}:{number}: {reason}; set aside in {aside}" for number, reason in unreadable
-    ]
+    notes = [f"{path}:{number}: {reason}; set aside in {aside}" for number, reason in unreadable]
     if later:
         notes.append(
             f"{path}: {later} line(s) of steps after the checkpoint's step {step}, which the "
@@ -47,8 +45,9 @@ def trim_jsonl(path: Path, step: int) -> list[str]:
     return notes
 
 
-def _sort_lines(data: bytes, step: int
-                ) -> tuple[list[bytes], list[bytes], int, list[tuple[int, str]]]:
+def _sort_lines(
+    data: bytes, step: int
+) -> tuple[list[bytes], list[bytes], int, list[tuple[int, str]]]:
     """trim_jsonl's reading of a log: (lines kept, lines removed in file order, how many of
     those are later steps, (line number, why) of each unreadable one)."""
     kept: list[bytes] = []
@@ -130,4 +129,3 @@ class MetricsLog(JsonlLog):
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-

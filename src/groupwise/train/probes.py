@@ -70,5 +70,7 @@ class AllWrongGradient(GradientProbe):
 
     def after_clip(self, grad_norm: float) -> dict[str, float]:
         norm = self.norm()
-        return {"all_wrong_grad_norm": norm,
-                "all_wrong_grad_share": norm / grad_norm if grad_norm > 0 else 0.0}
+        return {
+            "all_wrong_grad_norm": norm,
+            "all_wrong_grad_share": norm / grad_norm if grad_norm > 0 else 0.0,
+        }

@@ -81,8 +81,9 @@ def step_metrics(
     }
 
 
-def step_samples(step: int, problems: list[Any], batch: ScoredBatch, learned: Learned
-                 ) -> dict[str, Any]:
+def step_samples(
+    step: int, problems: list[Any], batch: ScoredBatch, learned: Learned
+) -> dict[str, Any]:
     """The rollouts.jsonl line of a step: completions, reward columns, advantages, pairs."""
     group_size = batch.rollouts.group_size
     targets = learned.targets

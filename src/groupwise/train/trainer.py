@@ -118,9 +118,15 @@ class LossInputs:
     ref_logp: torch.Tensor | None = None
 
     def terms(self, settings: LossSettings, coefficients: torch.Tensor | None = None) -> LossTerms:
-        return loss_terms(self.logp, self.mask, self.advantages, settings,
-                          old_logp=self.old_logp, ref_logp=self.ref_logp,
-                          coefficients=coefficients)
+        return loss_terms(
+            self.logp,
+            self.mask,
+            self.advantages,
+            settings,
+            old_logp=self.old_logp,
+            ref_logp=self.ref_logp,
+            coefficients=coefficients,
+        )
 
     def rows(self, keep: torch.Tensor) -> LossInputs:
         """The inputs of the rows where `keep` ([b] bool) is set."""
@@ -175,19 +181,27 @@ class Trainer:
         cfg = self.config
         torch.manual_seed(cfg.train.seed)
         # Data before the model: a bad file or loader option fails before minutes of loading.
-        self.sampler = ProblemSampler(self._problems(), cfg.rollout.questions_per_step,
-                                      cfg.train.seed, cfg.data.shuffle)
+        self.sampler = ProblemSampler(
+            self._problems(), cfg.rollout.questions_per_step, cfg.train.seed, cfg.data.shuffle
+        )
         self.device = torch.device(self.dist.device(cfg.model.device))
         self.model = self._load_policy(str(self.device))
         rollout_dtype = None if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
         self.generator = TransformersGenerator(
-            self.model, self.tokenizer, batch_size=cfg.rollout.batch_size,
-            inference_copy=cfg.rollout.inference_copy, dtype=rollout_dtype,
+            self.model,
+            self.tokenizer,
+            batch_size=cfg.rollout.batch_size,
+            inference_copy=cfg.rollout.inference_copy,
+            dtype=rollout_dtype,
         )
         for module in cfg.reward.plugins:
             importlib.import_module(module)
-        self.rewards = RewardSuite(cfg.reward.weights, workers=cfg.reward.workers,
-                                   timeout=cfg.reward.timeout, checking=cfg.reward.checking)
+        self.rewards = RewardSuite(
+            cfg.reward.weights,
+            workers=cfg.reward.workers,
+            timeout=cfg.reward.timeout,
+            checking=cfg.reward.checking,
+        )
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.updater = self._updater()
         self._algorithm()
@@ -211,13 +225,23 @@ class Trainer:
         """AdamW over the trainable parameters and its learning-rate schedule, one optimizer
         update per mini-batch and epoch."""
         cfg, algo = self.config, self.config.algorithm
-        optimizer = torch.optim.AdamW(self.params, lr=cfg.optim.lr,
-                                      betas=(cfg.optim.beta1, cfg.optim.beta2),
-                                      weight_decay=cfg.optim.weight_decay)
+        optimizer = torch.optim.AdamW(
+            self.params,
+            lr=cfg.optim.lr,
+            betas=(cfg.optim.beta1, cfg.optim.beta2),
+            weight_decay=cfg.optim.weight_decay,
+        )
         updates = cfg.train.max_steps * algo.minibatches * algo.num_iterations
         scheduler = _schedule(optimizer, cfg.optim.schedule, cfg.optim.warmup_ratio, updates)
-        return Updater(self.params, optimizer, scheduler, self.dist, cfg.optim.max_grad_norm,
-                       step=lambda: self.step + 1, hint=self._divergence_hint)
+        return Updater(
+            self.params,
+            optimizer,
+            scheduler,
+            self.dist,
+            cfg.optim.max_grad_norm,
+            step=lambda: self.step + 1,
+            hint=self._divergence_hint,
+        )
 
     def _algorithm(self) -> None:
         """What the algorithm options make: the estimator and its settings, the loss settings,
@@ -225,10 +249,14 @@ class Trainer:
         algo = self.config.algorithm
         self.estimator = get_advantage_estimator(algo.advantage)
         self.advantage_settings = algo.advantage_settings(
-            algo.scale_rewards, algo.advantage_std, algo.advantage_eps)
+            algo.scale_rewards, algo.advantage_std, algo.advantage_eps
+        )
         self.loss_settings = LossSettings(
-            eps_low=algo.eps_low, eps_high=algo.eps_high, ratio_level=algo.loss_level,
-            aggregation=algo.aggregation, kl_coef=algo.kl_coef,
+            eps_low=algo.eps_low,
+            eps_high=algo.eps_high,
+            ratio_level=algo.loss_level,
+            aggregation=algo.aggregation,
+            kl_coef=algo.kl_coef,
             max_completion_length=self.config.rollout.max_new_tokens,
         )
         self.pair_settings = algo.pair_settings()
@@ -239,8 +267,10 @@ class Trainer:
         # micro-batch's training pass (module docstring); AMIR's pair count and later
         # mini-batches need every row's logp_old before the first update.
         self._per_micro_batch = (
-            self.estimator.needs_rollout_logp and self.estimator.per_group
-            and not algo.amir and algo.minibatches == 1
+            self.estimator.needs_rollout_logp
+            and self.estimator.per_group
+            and not algo.amir
+            and algo.minibatches == 1
         )
 
     def _logs(self, resume_step: int | None) -> None:
@@ -268,10 +298,15 @@ class Trainer:
             cfg.model.name, dtype=cfg.model.dtype, device=device, seed=cfg.model.seed
         )
         if cfg.model.lora:
-            model = attach_lora(model, LoraSettings(
-                r=cfg.model.lora_r, alpha=cfg.model.lora_alpha, dropout=cfg.model.lora_dropout,
-                target_modules=cfg.model.lora_target_modules,
-            ))
+            model = attach_lora(
+                model,
+                LoraSettings(
+                    r=cfg.model.lora_r,
+                    alpha=cfg.model.lora_alpha,
+                    dropout=cfg.model.lora_dropout,
+                    target_modules=cfg.model.lora_target_modules,
+                ),
+            )
         # Dropout off (as TRL's disable_dropout): the log-probs of the loss must be those of the
         # policy that sampled, and logp_old is recorded from a training forward pass.
         model.eval()
@@ -289,9 +324,14 @@ class Trainer:
         `groupwise train ... --resume` continues from there.
         """
         cfg = self.config
-        bar = tqdm(total=cfg.train.max_steps, initial=self.step,
-                   disable=not (cfg.train.progress and self.dist.is_main),
-                   desc="train", unit="step", dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.train.max_steps,
+            initial=self.step,
+            disable=not (cfg.train.progress and self.dist.is_main),
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
+        )
         progress = ProgressLine()
         with self._graceful_stop():
             if self.heldout is not None and self.step == 0:
@@ -344,8 +384,9 @@ class Trainer:
         seconds = (t_start, t_generated, t_scored, time.perf_counter())
         tokens = int(self.dist.sum([int(rollouts.completion_mask.sum())])[0])
         step = self.step + 1
-        metrics = step_metrics(step, self.sampler.epoch(step), len(problems), batch, learned,
-                               tokens, seconds)
+        metrics = step_metrics(
+            step, self.sampler.epoch(step), len(problems), batch, learned, tokens, seconds
+        )
         return metrics, step_samples(step, problems, batch, learned)
 
     def learn(self, batch: ScoredBatch) -> Learned:
@@ -360,8 +401,9 @@ class Trainer:
         updates, first = [], []
         for epoch in range(algo.num_iterations):
             for m, rows in enumerate(minibatches):
-                plan = self._plan(batch, targets, rows, on_policy=epoch == m == 0,
-                                  first_use=epoch == 0)
+                plan = self._plan(
+                    batch, targets, rows, on_policy=epoch == m == 0, first_use=epoch == 0
+                )
                 metrics, computed = self._update(batch, targets, old, plan)
                 updates.append(metrics)
                 first = first or computed
@@ -375,8 +417,11 @@ class Trainer:
         """This process's completions: group_size of each of its questions, in that order."""
         cfg = self.config
         prompts = [render_prompt(problems[q], cfg.data.prompt, self.tokenizer) for q in questions]
-        sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                  max_new_tokens=cfg.rollout.max_new_tokens)
+        sampling = SamplingParams(
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+        )
         # One random stream per question, keyed by its data position: the same samples
         # whichever process draws them.
         first = self.step * cfg.rollout.questions_per_step
@@ -388,8 +433,7 @@ class Trainer:
         except NonFiniteError as err:
             raise err.at_step(self.step + 1, self._divergence_hint()) from None
 
-    def _score(self, problems: list[Any], questions: list[int], rollouts: Rollouts
-               ) -> ScoredBatch:
+    def _score(self, problems: list[Any], questions: list[int], rollouts: Rollouts) -> ScoredBatch:
         """Rewards of this process's completions, then the whole batch's, in question order."""
         group_size = self.config.rollout.group_size
         golds = [problems[q].answer for q in questions for _ in range(group_size)]
@@ -428,13 +472,20 @@ class Trainer:
         mean_logp_old = lengths = None
         if self.estimator.needs_rollout_logp:
             mask = batch.rollouts.completion_mask.bool()
-            mean_logp_old = self._to_batch(batch.rows, sequence_mean_logp(old.of(slice(None)),
-                                                                          mask))
+            mean_logp_old = self._to_batch(
+                batch.rows, sequence_mean_logp(old.of(slice(None)), mask)
+            )
             lengths = self._to_batch(batch.rows, mask.sum(dim=1).float())
-        rewards = batch.group_rewards(slice(None), self.config.rollout.group_size,
-                                      self._correctness(batch), mean_logp_old, lengths)
-        return group_targets(rewards, self.estimator, self.advantage_settings,
-                             self.pair_settings, coefficients=False)
+        rewards = batch.group_rewards(
+            slice(None),
+            self.config.rollout.group_size,
+            self._correctness(batch),
+            mean_logp_old,
+            lengths,
+        )
+        return group_targets(
+            rewards, self.estimator, self.advantage_settings, self.pair_settings, coefficients=False
+        )
 
     def _correctness(self, batch: ScoredBatch) -> tuple[torch.Tensor, float]:
         """The correctness component's weighted column [B] and its weighted value on a correct
@@ -447,16 +498,27 @@ class Trainer:
     # -----------------------------------------------------------------------------------------
     # One update
 
-    def _plan(self, batch: ScoredBatch, targets: GroupTargets | None, rows: slice,
-              on_policy: bool, first_use: bool) -> UpdatePlan:
+    def _plan(
+        self,
+        batch: ScoredBatch,
+        targets: GroupTargets | None,
+        rows: slice,
+        on_policy: bool,
+        first_use: bool,
+    ) -> UpdatePlan:
         """An update's place in the step, with its global row, token and pair counts."""
         mask = batch.rollouts.completion_mask[rows]
         pairs = 0 if targets is None else targets.select(batch.rows[rows]).num_pairs
         totals = self.dist.sum([rows.stop - rows.start, int(mask.sum()), pairs])
         return UpdatePlan(rows, on_policy, first_use, tuple(int(t) for t in totals))
 
-    def _update(self, batch: ScoredBatch, targets: GroupTargets | None, old: RolloutLogprobs,
-                plan: UpdatePlan) -> tuple[dict[str, float], list[tuple[slice, GroupTargets]]]:
+    def _update(
+        self,
+        batch: ScoredBatch,
+        targets: GroupTargets | None,
+        old: RolloutLogprobs,
+        plan: UpdatePlan,
+    ) -> tuple[dict[str, float], list[tuple[slice, GroupTargets]]]:
         """One optimizer update on this process's rows of one mini-batch (and the other
         processes' rows of it). Returns its metrics and each micro-batch's targets."""
         probes = self._probes()
@@ -464,8 +526,9 @@ class Trainer:
 
         def losses() -> Iterator[MicroBatchLoss]:
             for micro in self._micro_batches(plan.rows):
-                loss, micro_targets = self._micro_batch_loss(batch, targets, old, micro, plan,
-                                                             probes)
+                loss, micro_targets = self._micro_batch_loss(
+                    batch, targets, old, micro, plan, probes
+                )
                 computed.append((micro, micro_targets))
                 yield loss
 
@@ -486,8 +549,13 @@ class Trainer:
         return probes
 
     def _micro_batch_loss(
-        self, batch: ScoredBatch, targets: GroupTargets | None, old: RolloutLogprobs,
-        micro: slice, plan: UpdatePlan, probes: list[GradientProbe],
+        self,
+        batch: ScoredBatch,
+        targets: GroupTargets | None,
+        old: RolloutLogprobs,
+        micro: slice,
+        plan: UpdatePlan,
+        probes: list[GradientProbe],
     ) -> tuple[MicroBatchLoss, GroupTargets]:
         """A micro-batch's forward passes, targets and loss terms (groupwise.algorithms):
         share * L_GRPO + lambda * the AMIR term, the probes given their parts."""
@@ -499,13 +567,18 @@ class Trainer:
         if plan.on_policy:
             old.record(micro, logp)
         mine = self._micro_targets(batch, targets, old, micro, ref_logp, pairs)
-        inputs = LossInputs(logp, mask, mine.advantages.to(logp.device),
-                            old_logp=None if plan.on_policy else old.of(micro).to(logp.device),
-                            ref_logp=ref_logp)
+        inputs = LossInputs(
+            logp,
+            mask,
+            mine.advantages.to(logp.device),
+            old_logp=None if plan.on_policy else old.of(micro).to(logp.device),
+            ref_logp=ref_logp,
+        )
         coefficients = None if mine.coefficients is None else mine.coefficients.to(logp.device)
         terms = inputs.terms(self.loss_settings, coefficients)
-        share = micro_batch_share(algo.aggregation, micro.stop - micro.start, int(mask.sum()),
-                                  rows, tokens)
+        share = micro_batch_share(
+            algo.aggregation, micro.stop - micro.start, int(mask.sum()), rows, tokens
+        )
         policy_and_kl = terms.grpo(algo.kl_coef)
         if self.lambda_reg is not None and plan.first_use:
             self._observe_losses(float(policy_and_kl.detach()) * share, share, mine)
@@ -514,9 +587,15 @@ class Trainer:
         metrics = micro_batch_metrics(terms, mine, share, int(mask.sum()) / tokens)
         return MicroBatchLoss(loss, metrics), mine
 
-    def _micro_targets(self, batch: ScoredBatch, targets: GroupTargets | None,
-                       old: RolloutLogprobs, micro: slice, ref_logp: torch.Tensor | None,
-                       update_pairs: int) -> GroupTargets:
+    def _micro_targets(
+        self,
+        batch: ScoredBatch,
+        targets: GroupTargets | None,
+        old: RolloutLogprobs,
+        micro: slice,
+        ref_logp: torch.Tensor | None,
+        update_pairs: int,
+    ) -> GroupTargets:
         """The micro-batch's targets: its rows of the batch's, with AMIR's coefficients from
         its rows' l_old and the update's pair count (REFERENCE.md 2); or, per micro-batch
         (targets None), the estimator on its own groups and l_old."""
@@ -525,16 +604,21 @@ class Trainer:
         if targets is None or self.pair_settings is not None:
             mean_logp_old = sequence_mean_logp(old.of(micro), mask)
         if targets is None:
-            rewards = batch.group_rewards(batch.rows[micro], self.config.rollout.group_size,
-                                          self._correctness(batch), mean_logp_old,
-                                          mask.sum(dim=1).float())
+            rewards = batch.group_rewards(
+                batch.rows[micro],
+                self.config.rollout.group_size,
+                self._correctness(batch),
+                mean_logp_old,
+                mask.sum(dim=1).float(),
+            )
             return group_targets(rewards, self.estimator, self.advantage_settings)
         mine = targets.select(batch.rows[micro])
         if self.pair_settings is None:
             return mine
         ref = None if self.config.algorithm.ref_free else sequence_mean_logp(ref_logp.cpu(), mask)
-        return mine.with_coefficients(mean_logp_old, ref, self.pair_settings.beta,
-                                      num_pairs=update_pairs)
+        return mine.with_coefficients(
+            mean_logp_old, ref, self.pair_settings.beta, num_pairs=update_pairs
+        )
 
     def _preference_part(self, terms: LossTerms, probes: list[GradientProbe]) -> Any:
         """lambda * the AMIR term, to add to the micro-batch's loss; or, when lambda is measured
@@ -547,8 +631,14 @@ class Trainer:
                 return 0.0
         return self.lambda_reg.value * terms.preference
 
-    def _probe_all_wrong(self, batch: ScoredBatch, micro: slice, inputs: LossInputs,
-                         plan: UpdatePlan, probes: list[GradientProbe]) -> None:
+    def _probe_all_wrong(
+        self,
+        batch: ScoredBatch,
+        micro: slice,
+        inputs: LossInputs,
+        plan: UpdatePlan,
+        probes: list[GradientProbe],
+    ) -> None:
         """train.log_all_wrong_gradient: the gradient of the all-wrong rows' part of the
         micro-batch's share * L_GRPO, kept by its probe. A micro-batch's aggregated loss splits
         exactly into row subsets, each weighted by its own share of the update
@@ -563,8 +653,9 @@ class Trainer:
             return  # no such rows, or all their advantages are 0: a zero gradient, no backward
         part = inputs.rows(wrong)
         rows, tokens, _ = plan.totals
-        share = micro_batch_share(algo.aggregation, int(wrong.sum()), int(part.mask.sum()),
-                                  rows, tokens)
+        share = micro_batch_share(
+            algo.aggregation, int(wrong.sum()), int(part.mask.sum()), rows, tokens
+        )
         probe.add(share * part.terms(self.loss_settings).grpo(algo.kl_coef))
 
     def _observe_losses(self, weighted_pg: float, share: float, mine: GroupTargets) -> None:
@@ -628,15 +719,17 @@ class Trainer:
         out[rows_all] = torch.cat([part[1] for part in parts])
         return out
 
-    def _gather(self, batch: ScoredBatch, parts: list[tuple[slice, GroupTargets]]
-                ) -> GroupTargets:
+    def _gather(self, batch: ScoredBatch, parts: list[tuple[slice, GroupTargets]]) -> GroupTargets:
         """The whole batch's targets from the micro-batches' own (this process's rows, in
         order), gathered over processes (per-micro-batch targets have no AMIR pairs)."""
-        local = [torch.cat([t.advantages for _, t in parts]),
-                 torch.cat([t.rewards for _, t in parts])]
+        local = [
+            torch.cat([t.advantages for _, t in parts]),
+            torch.cat([t.rewards for _, t in parts]),
+        ]
         empty = torch.zeros(0, dtype=torch.long)
-        return GroupTargets(self._to_batch(batch.rows, local[0]),
-                            self._to_batch(batch.rows, local[1]), empty, empty)
+        return GroupTargets(
+            self._to_batch(batch.rows, local[0]), self._to_batch(batch.rows, local[1]), empty, empty
+        )
 
     # -----------------------------------------------------------------------------------------
     # Checkpoints, resume, export
@@ -743,8 +836,6 @@ def _schedule(
         return 1.0
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 
 
 def _enable_gradient_checkpointing(model: torch.nn.Module, lora: bool) -> None:

@@ -80,8 +80,9 @@ def _help(name: str) -> str:
     spec = option_fields()[name]
     valid = spec.metadata.get("valid")
     note = " ".join(TRL_NOTES.get(name, "").split())
-    return " ".join(part for part in (spec.metadata["doc"], valid and f"Valid: {valid}.", note)
-                    if part)
+    return " ".join(
+        part for part in (spec.metadata["doc"], valid and f"Valid: {valid}.", note) if part
+    )
 
 
 def _option(name: str, **metadata: Any) -> Any:
@@ -178,8 +179,11 @@ class GroupwiseGRPOConfig(GRPOConfig):
 
 
 def _docstring() -> str:
-    lines = [GroupwiseGRPOConfig.__doc__.split("The parameters below")[0].rstrip(), "",
-             "Parameters:"]
+    lines = [
+        GroupwiseGRPOConfig.__doc__.split("The parameters below")[0].rstrip(),
+        "",
+        "Parameters:",
+    ]
     by_trl = {trl: name for name, trl in TRL_NAMES.items()}
     for spec in GroupwiseGRPOConfig.__dataclass_fields__.values():
         if spec.name in by_trl or spec.name.startswith("correctness_"):

@@ -66,12 +66,17 @@ class _BatchVerdicts:
 
     def __init__(self, answer_column: str, workers: int, timeout: float, mode: str) -> None:
         self.answer_column, self.workers, self.timeout, self.mode = (
-            answer_column, workers, timeout, mode)
+            answer_column,
+            workers,
+            timeout,
+            mode,
+        )
         self.key: tuple | None = None
         self.verdicts: list[Verdict] = []
 
-    def __call__(self, completions: Sequence[Any], kwargs: dict[str, Any]
-                 ) -> tuple[list[str], list[Verdict]]:
+    def __call__(
+        self, completions: Sequence[Any], kwargs: dict[str, Any]
+    ) -> tuple[list[str], list[Verdict]]:
         if self.answer_column not in kwargs:
             raise KeyError(
                 f"the dataset has no column '{self.answer_column}' with the gold answers "
@@ -82,8 +87,9 @@ class _BatchVerdicts:
         key = (tuple(texts), tuple(golds))
         if self.key != key:
             self.key = key
-            self.verdicts = check_answers(texts, golds, workers=self.workers,
-                                          timeout=self.timeout, mode=self.mode)
+            self.verdicts = check_answers(
+                texts, golds, workers=self.workers, timeout=self.timeout, mode=self.mode
+            )
         return texts, self.verdicts
 
 
@@ -92,8 +98,9 @@ def _reward_function(component: Any, check: _BatchVerdicts) -> RewardFunction:
 
     def reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         texts, checked = check(completions, kwargs)
-        return [float(component.fn(text, verdict))
-                for text, verdict in zip(texts, checked, strict=True)]
+        return [
+            float(component.fn(text, verdict)) for text, verdict in zip(texts, checked, strict=True)
+        ]
 
     reward.__name__ = component.name
     reward.__qualname__ = component.name

@@ -130,9 +130,15 @@ def group_rewards(
     if correctness is not None:
         column = correctness.weight * rewards_per_func[:, correctness.index].nan_to_num(0.0)
         correct_reward = correctness.weight * correctness.value
-    return GroupRewards(totals, correct, group_size, correctness=column,
-                        correct_reward=correct_reward, mean_logp_old=mean_logp_old,
-                        lengths=lengths)
+    return GroupRewards(
+        totals,
+        correct,
+        group_size,
+        correctness=column,
+        correct_reward=correct_reward,
+        mean_logp_old=mean_logp_old,
+        lengths=lengths,
+    )
 
 
 def group_fractions(correct: Tensor, group_size: int) -> dict[str, float]:

@@ -173,11 +173,15 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         self._own_advantages = options.advantage != "grpo"
         self.uses_groupwise = options.amir or self._own_advantages
         self.advantage_settings = options.advantage_settings(
-            scale=args.scale_rewards, std="unbiased", eps=1e-4)  # TRL's nanstd and constant
+            scale=args.scale_rewards, std="unbiased", eps=1e-4
+        )  # TRL's nanstd and constant
         self._needs_correct = self._own_advantages and self.estimator.needs_rollout_logp
         self.correctness = resolve_correctness(
-            self.reward_func_names, self.reward_weights, args.correctness_reward,
-            args.correctness_value, required=self._needs_correct,
+            self.reward_func_names,
+            self.reward_weights,
+            args.correctness_reward,
+            args.correctness_value,
+            required=self._needs_correct,
         )
         if self._needs_correct:
             self._check_correctness_function()
@@ -202,8 +206,11 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         if not hasattr(func, "correct_value"):
             return
         if func.correct_value is None or func.correct_value != self.correctness.value:
-            what = ("is not a correctness reward" if func.correct_value is None
-                    else f"returns {func.correct_value:g} for a correct answer")
+            what = (
+                "is not a correctness reward"
+                if func.correct_value is None
+                else f"returns {func.correct_value:g} for a correct answer"
+            )
             raise ValueError(
                 f"LENS needs a binary correctness reward: reward function '{self.correctness.name}'"
                 f" {what}, but correctness_value={self.correctness.value:g} (set "
@@ -220,11 +227,19 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             if bounds is None and self.correctness is not None and index == self.correctness.index:
                 bounds = (min(0.0, self.correctness.value), max(0.0, self.correctness.value))
             ranges.append(bounds)
-        correct_reward = (self.correctness.weight * self.correctness.value
-                          if self.correctness is not None else 0.0)
+        correct_reward = (
+            self.correctness.weight * self.correctness.value
+            if self.correctness is not None
+            else 0.0
+        )
         problem = unreachable_margin(
-            options.margin, self.estimator, ranges, self.reward_weights.tolist(), correct_reward,
-            self.num_generations, option="amir_margin",
+            options.margin,
+            self.estimator,
+            ranges,
+            self.reward_weights.tolist(),
+            correct_reward,
+            self.num_generations,
+            option="amir_margin",
         )
         if problem is not None:
             raise ValueError(problem)
@@ -290,12 +305,21 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             lengths = self._gather_rows(batch, loss_mask(batch).sum(dim=1).float())
         with profiling_context(self, "groupwise.group_targets"):
             rewards = group_rewards(
-                pending.rewards, self.reward_weights, self.num_generations, self.correctness,
-                required=self._needs_correct, mean_logp_old=mean_logp_old, lengths=lengths,
+                pending.rewards,
+                self.reward_weights,
+                self.num_generations,
+                self.correctness,
+                required=self._needs_correct,
+                mean_logp_old=mean_logp_old,
+                lengths=lengths,
             )
             targets = group_targets(
-                rewards, self.estimator, self.advantage_settings, self.pair_settings,
-                ref_mean_logp=pending.ref_mean_logp, scorable=scorable_rows(pending.rewards),
+                rewards,
+                self.estimator,
+                self.advantage_settings,
+                self.pair_settings,
+                ref_mean_logp=pending.ref_mean_logp,
+                scorable=scorable_rows(pending.rewards),
             )
         mine = batch[ROWS_KEY]
         if self._own_advantages:
@@ -314,10 +338,10 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         pairs = targets.num_pairs
         metrics = self._metrics["train"]
         metrics["amir/pairs"].append(float(pairs))
-        metrics["amir/preference_loss"].append(
-            float(targets.pair_losses.mean()) if pairs else 0.0)
+        metrics["amir/preference_loss"].append(float(targets.pair_losses.mean()) if pairs else 0.0)
         metrics["amir/pair_logp_margin"].append(
-            float(targets.logp_margins.mean()) if pairs else 0.0)
+            float(targets.logp_margins.mean()) if pairs else 0.0
+        )
         # the official rule updates lambda only where there are pairs (REFERENCE.md 2)
         self._pending_pref_loss = float(targets.pair_losses.mean()) if pairs else None
         self.pairless.observe(targets, self.num_generations)
