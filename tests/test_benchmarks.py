@@ -6,10 +6,12 @@ import dataclasses
 import json
 import re
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
+from groupwise.cli import main as cli
 from groupwise.data import (
     BenchmarkFormatError,
     BenchmarkSpec,
@@ -376,6 +378,33 @@ def test_hub_fallback_needs_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'groupwise\[hub\]'.*GROUPWISE_DATA"):
         load_benchmark("gsm8k")
+
+
+def test_unreachable_hub_is_one_line_naming_the_local_copy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Offline (as on these machines), datasets raises ConnectionError after its retries: the
+    error names the dataset and where a local copy goes, and `groupwise eval` prints it as one
+    line before anything is written."""
+    monkeypatch.delenv("GROUPWISE_DATA", raising=False)
+    offline = types.ModuleType("datasets")
+
+    def load_dataset(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Couldn't reach 'HuggingFaceH4/MATH-500' on the Hub")
+
+    offline.load_dataset = load_dataset
+    monkeypatch.setitem(sys.modules, "datasets", offline)
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"cannot load HuggingFaceH4/MATH-500 .*Couldn't "
+        r"reach.*; point GROUPWISE_DATA \(or data_dir, --data-dir\)",
+    ):
+        load_benchmark("math500")
+    out = tmp_path / "eval"
+    code = cli(["eval", "--model", "tiny-random", "--benchmarks", "math500", "--output", str(out)])
+    assert code != 0 and not out.exists()
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "--benchmarks: math500: cannot load" in error
 
 
 def test_register_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -297,7 +297,13 @@ def _read_hub(repo: str, config: str | None, split: str) -> Iterator[_Record]:
             f"loading {repo} from the Hugging Face hub needs the `datasets` package: "
             f"pip install 'groupwise[hub]', or point {DATA_ENV} (or data_dir) at a local copy"
         ) from None
-    rows = datasets.load_dataset(repo, config, split=split)
+    try:
+        rows = datasets.load_dataset(repo, config, split=split)
+    except OSError as err:  # offline, or the hub unreachable (ConnectionError)
+        raise FileNotFoundError(
+            f"cannot load {repo} from the Hugging Face hub ({' '.join(str(err).split())}); "
+            f"point {DATA_ENV} (or data_dir, --data-dir) at a local copy"
+        ) from None
     source = f"hub:{repo}" + (f"/{config}" if config else "") + f"[{split}]"
     for index, fields in enumerate(rows):
         yield _Record(dict(fields), source, index + 1, index)
