@@ -3,7 +3,8 @@
 #   train       1. GSM8K quickstart training in bfloat16 on CUDA: step time and its split (generation,
 #                  scoring, training), completion tokens per second;
 #   generation  2. rollout-engine generation tokens/s against model.generate (bench/generation.py);
-#   eval        3. evaluation throughput (groupwise eval: completions and problems per second);
+#   eval        3. evaluation throughput (groupwise eval: completions and problems per second), on
+#                  the transformers engine, then on vLLM in process when vLLM is installed;
 #   trl         4. GroupwiseGRPOTrainer inside TRL (bench/trl_overhead.py): s/step of plain TRL
 #                  GRPO, AMIR-GRPO, LENS and both with transformers generation, then, when vLLM is
 #                  installed, plain TRL and AMIR-GRPO + LENS with vLLM colocate (one process each;
@@ -151,20 +152,28 @@ stage_generation() {  # 2. tokens/s: engine vs model.generate (TRL's column if t
     { echo; echo "## Generation"; echo; grep '^|' "$OUT/generation.log" || true; echo; } >> "$SUMMARY"
 }
 
-stage_eval() {  # 3. evaluation throughput (GSM8K test, n samples per problem)
-    local start=$SECONDS
-    stage eval 150 "$PYTHON" -m groupwise eval --model "$MODEL" --benchmarks gsm8k \
+have_vllm() { "$PYTHON" -c "import importlib.util, sys; sys.exit(not importlib.util.find_spec('vllm'))"; }
+
+eval_on() {  # name, engine flags...: one evaluation and its throughput line in the summary
+    local name="$1" start=$SECONDS; shift
+    stage "$name" 150 "$PYTHON" -m groupwise eval --model "$MODEL" --benchmarks gsm8k \
         --limit "$EVAL_LIMIT" --n "$EVAL_N" --k 1 --max-new-tokens "$((TOKENS * 2))" \
-        --dtype "$DTYPE" --device "$DEVICE" --quiet --output "$OUT/eval"
+        --dtype "$DTYPE" --quiet --output "$OUT/$name" "$@"
     local seconds=$((SECONDS - start))
-    {
-        echo
-        echo "## Evaluation"
-        echo
-        echo "$EVAL_LIMIT problems x $EVAL_N samples, up to $((TOKENS * 2)) new tokens, in" \
-            "${seconds} s: $(awk -v p="$EVAL_LIMIT" -v n="$EVAL_N" -v s="$seconds" 'BEGIN {
-                if (s < 1) s = 1; printf "%.2f problems/s, %.2f completions/s", p / s, p * n / s }')"
-    } >> "$SUMMARY"
+    echo "- $name: $EVAL_LIMIT problems x $EVAL_N samples, up to $((TOKENS * 2)) new tokens," \
+        "in ${seconds} s: $(awk -v p="$EVAL_LIMIT" -v n="$EVAL_N" -v s="$seconds" 'BEGIN {
+            if (s < 1) s = 1; printf "%.2f problems/s, %.2f completions/s", p / s, p * n / s }')" \
+        >> "$SUMMARY"
+}
+
+stage_eval() {  # 3. evaluation throughput (GSM8K test, n samples per problem), then on vLLM
+    { echo; echo "## Evaluation"; echo; } >> "$SUMMARY"
+    eval_on eval --device "$DEVICE"
+    if have_vllm; then
+        eval_on eval_vllm --engine vllm
+    else
+        echo "- eval on vLLM: not run (vllm is not installed)" >> "$SUMMARY"
+    fi
 }
 
 trl_tables() {  # stage name: its Markdown tables (the bench prints them) into the summary
@@ -180,8 +189,7 @@ stage_trl() {  # 4. GroupwiseGRPOTrainer in TRL: transformers generation, then v
     stage trl 300 "$PYTHON" bench/trl_overhead.py --model "$MODEL" $BF16 \
         --max-new-tokens "$TOKENS" --warmup 1 --steps "$TRL_STEPS" --results trl_overhead_gpu
     trl_tables trl
-    if ! "$PYTHON" -c "import importlib.util, sys; sys.exit(not importlib.util.find_spec('vllm'))"
-    then
+    if ! have_vllm; then
         echo "- trl with vLLM: not run (vllm is not installed)" >> "$SUMMARY"
         return 0
     fi
