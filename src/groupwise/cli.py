@@ -36,11 +36,23 @@ def main(argv: list[str] | None = None) -> int:
         warnings.filterwarnings(
             "ignore", category=FutureWarning, module=r"(transformers|peft|accelerate)(\.|$)"
         )
+        warnings.formatwarning = _one_line_warning
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     sub_parser = argparse.ArgumentParser(prog=f"groupwise {argv[0]}")
     module.add_arguments(sub_parser)
     args = sub_parser.parse_args(argv[1:])
     return int(module.run(args) or 0)
+
+
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    line: str | None = None,
+) -> str:
+    """A warning as users of the command read it: what and where, without the source line."""
+    return f"{category.__name__} ({os.path.basename(filename)}:{lineno}): {message}\n"
 
 
 if __name__ == "__main__":
