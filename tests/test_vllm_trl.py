@@ -1,7 +1,7 @@
 """TRL's vLLM path for real: GroupwiseGRPOTrainer with use_vllm=True, vllm_mode="colocate" on
 vLLM's CPU build (run in .venv-vllm; scripts/test.sh), AMIR-GRPO + LENS, importance-sampling
 correction on and off. Each run is its own process (tests/vllm_trl_run.py), since vLLM spawns
-its engine there.
+its engine there. A third run trains a LoRA adapter (TRL merges it for each weight sync).
 
 On these real vLLM rollouts the rollout l(q, o) that LENS and AMIR use are the old policy TRL's
 loss uses (issue 22, finding 2), the trained weights reach vLLM (its sampling log-probs follow
@@ -26,11 +26,18 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("vllm-model") / "tiny")
 
 
-@pytest.mark.parametrize("correction", ["on", "off"])
+@pytest.mark.parametrize(
+    ("correction", "lora"),
+    [("on", False), ("off", False), ("on", True)],
+    ids=["correction-on", "correction-off", "lora"],
+)
 def test_colocate_trains_and_uses_trls_old_policy(
-    model_dir: str, tmp_path: Path, correction: str
+    model_dir: str, tmp_path: Path, correction: str, lora: bool
 ) -> None:
+    """With lora, TRL merges the adapter for each weight sync: the merged weights must reach
+    vLLM too (a learning rate of 0.5 moves LoRA's B, zero at the start, measurably in 3 steps)."""
     out = tmp_path / "run.json"
+    adapter = ["--lora", "--learning-rate", "0.5"] if lora else []
     subprocess.run(
         [
             sys.executable,
@@ -41,6 +48,7 @@ def test_colocate_trains_and_uses_trls_old_policy(
             correction,
             "--steps",
             "3",
+            *adapter,
         ],
         check=True,
         timeout=900,
