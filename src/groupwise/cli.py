@@ -30,18 +30,24 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
-    if os.environ.get("GROUPWISE_DEBUG", "") in ("", "0"):
-        # Our dependencies' notices of their own coming API changes are for us, not for users;
-        # they would also break the one-line error messages.
-        warnings.filterwarnings(
-            "ignore", category=FutureWarning, module=r"(transformers|peft|accelerate)(\.|$)"
-        )
-        warnings.formatwarning = _one_line_warning
-    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
-    sub_parser = argparse.ArgumentParser(prog=f"groupwise {argv[0]}")
-    module.add_arguments(sub_parser)
-    args = sub_parser.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    quiet = os.environ.get("GROUPWISE_DEBUG", "") in ("", "0")
+    formatwarning = warnings.formatwarning
+    with warnings.catch_warnings():  # the command's warning settings end with it
+        if quiet:
+            # Our dependencies' notices of their own coming API changes are for us, not for
+            # users; they would also break the one-line error messages.
+            warnings.filterwarnings(
+                "ignore", category=FutureWarning, module=r"(transformers|peft|accelerate)(\.|$)"
+            )
+            warnings.formatwarning = _one_line_warning
+        try:
+            module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+            sub_parser = argparse.ArgumentParser(prog=f"groupwise {argv[0]}")
+            module.add_arguments(sub_parser)
+            args = sub_parser.parse_args(argv[1:])
+            return int(module.run(args) or 0)
+        finally:
+            warnings.formatwarning = formatwarning
 
 
 def _one_line_warning(
