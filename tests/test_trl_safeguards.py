@@ -22,11 +22,10 @@ import trl_support as fx  # imports TRL: a CI dependency, so these tests never s
 from trl import GRPOTrainer
 
 import groupwise.integrations.trl.trainer as adapter
-from groupwise.algorithms import AlgorithmOptions, sequence_mean_logp
+from groupwise.algorithms import AlgorithmOptions
 from groupwise.algorithms.options import option_fields
 from groupwise.integrations.trl import GroupwiseGRPOConfig, reward_functions
 from groupwise.integrations.trl.config import TRL_NAMES
-from groupwise.integrations.trl.trainer import ROWS_KEY
 
 ONE_MICRO_BATCH = {"per_device_train_batch_size": 12, "gradient_accumulation_steps": 1}
 
@@ -110,35 +109,6 @@ def placeholder_rollout(prompts, trainer):
     }
 
 
-class OldPolicy(adapter.GroupwiseGRPOTrainer):
-    """Records, per loss computation, TRL's old policy: old_per_token_logps where the batch has
-    it, else the loss forward pass's own log-probs (TRL's `per_token_logps.detach()`)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.trl_old: dict[int, float] = {}
-        self._forward: torch.Tensor | None = None
-
-    def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, **kwargs
-    ):
-        result = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, **kwargs
-        )
-        if self._capturing and self._forward is None:
-            self._forward = result[0].detach()
-        return result
-
-    def _compute_loss(self, model, inputs):
-        self._forward = None
-        loss = super()._compute_loss(model, inputs)
-        old = inputs.get("old_per_token_logps")
-        old = self._forward if old is None else old
-        means = sequence_mean_logp(old, adapter.loss_mask(inputs))
-        self.trl_old.update(zip(inputs[ROWS_KEY].tolist(), means.tolist(), strict=True))
-        return loss
-
-
 @pytest.mark.parametrize("layout", [ONE_MICRO_BATCH, {}], ids=["one micro-batch", "two"])
 def test_placeholder_sampling_logprobs_are_not_the_old_policy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: dict
@@ -151,7 +121,7 @@ def test_placeholder_sampling_logprobs_are_not_the_old_policy(
         lambda rewards, *a, **k: used.append(rewards.mean_logp_old) or core(rewards, *a, **k),
     )
     model, tokenizer = fx.tiny_model()
-    built = OldPolicy(
+    built = fx.OldPolicyRecorder(
         model=model,
         reward_funcs=[fx.correct, fx.bonus],
         train_dataset=fx.dataset(),
@@ -161,8 +131,13 @@ def test_placeholder_sampling_logprobs_are_not_the_old_policy(
     )
     built.train()
     (mean_logp_old,) = used
-    assert sorted(built.trl_old) == list(range(12))
-    trl_old = torch.tensor([built.trl_old[row] for row in range(12)])
+    by_row = {
+        row: mean
+        for rows, means, _ in built.old_policy
+        for row, mean in zip(rows, means, strict=True)
+    }
+    assert sorted(by_row) == list(range(12))
+    trl_old = torch.tensor([by_row[row] for row in range(12)])
     torch.testing.assert_close(mean_logp_old, trl_old, atol=1e-5, rtol=1e-5)
     assert bool((mean_logp_old < -0.1).all())  # the placeholders (0) would say certainty
 

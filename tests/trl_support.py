@@ -27,8 +27,9 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig
 
+from groupwise.algorithms import sequence_mean_logp
 from groupwise.integrations.trl import GroupwiseGRPOConfig, GroupwiseGRPOTrainer
-from groupwise.integrations.trl.trainer import COEFFICIENTS_KEY
+from groupwise.integrations.trl.trainer import COEFFICIENTS_KEY, ROWS_KEY, loss_mask
 from groupwise.models import load_model
 
 G = 4
@@ -92,6 +93,35 @@ class Recording(FixedCompletions, GroupwiseGRPOTrainer):
                 "has_old": inputs.get("old_per_token_logps") is not None,
             }
         )
+        return loss
+
+
+class OldPolicyRecorder(GroupwiseGRPOTrainer):
+    """Records, per loss computation, TRL's old policy: old_per_token_logps where the batch has
+    it, else the loss forward pass's own log-probs (TRL's `per_token_logps.detach()`), in
+    `old_policy` as (rows, per-row mean log-prob, whether the batch had old_per_token_logps)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.old_policy: list[tuple[list[int], list[float], bool]] = []
+        self._forward: torch.Tensor | None = None
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, **kwargs
+    ):
+        result = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, **kwargs
+        )
+        if self._capturing and self._forward is None:
+            self._forward = result[0].detach()
+        return result
+
+    def _compute_loss(self, model, inputs):
+        self._forward = None
+        loss = super()._compute_loss(model, inputs)
+        old = inputs.get("old_per_token_logps")
+        means = sequence_mean_logp(self._forward if old is None else old, loss_mask(inputs))
+        self.old_policy.append((inputs[ROWS_KEY].tolist(), means.tolist(), old is not None))
         return loss
 
 

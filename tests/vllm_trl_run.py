@@ -61,43 +61,36 @@ def bonus(completions, **_):
 
 
 def recording_trainer():
-    """GroupwiseGRPOTrainer recording what LENS/AMIR used and what TRL's loss used."""
-    import groupwise.integrations.trl.trainer as adapter
-    from groupwise.algorithms import sequence_mean_logp
+    """GroupwiseGRPOTrainer recording what LENS/AMIR used (per generation batch) and what TRL's
+    loss used as the old policy (trl_support.OldPolicyRecorder)."""
+    from trl_support import OldPolicyRecorder
 
-    class Recording(adapter.GroupwiseGRPOTrainer):
+    import groupwise.integrations.trl.trainer as adapter
+
+    class Recording(OldPolicyRecorder):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.used, self.trl_old, self.had_old = [], [], []
-            self._forward = None
+            self.used, self.batch_starts = [], []
             core = adapter.group_targets
 
             def group_targets(rewards, *a, **k):
                 self.used.append(rewards.mean_logp_old.tolist())
-                self.trl_old.append({})
+                self.batch_starts.append(len(self.old_policy))
                 return core(rewards, *a, **k)
 
             adapter.group_targets = group_targets
 
-        def _get_per_token_logps_and_entropies(
-            self, model, input_ids, attention_mask, logits_to_keep, **kwargs
-        ):
-            result = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, **kwargs
-            )
-            if self._capturing and self._forward is None:
-                self._forward = result[0].detach()
-            return result
-
-        def _compute_loss(self, model, inputs):
-            self._forward = None
-            loss = super()._compute_loss(model, inputs)
-            old = inputs.get("old_per_token_logps")
-            self.had_old.append(old is not None)
-            old = self._forward if old is None else old
-            means = sequence_mean_logp(old, adapter.loss_mask(inputs)).tolist()
-            self.trl_old[-1].update(zip(inputs[adapter.ROWS_KEY].tolist(), means, strict=True))
-            return loss
+        def trl_old(self) -> list[dict[int, float]]:
+            """Per generation batch: {row: TRL's old-policy mean log-prob}."""
+            ends = [*self.batch_starts[1:], len(self.old_policy)]
+            return [
+                {
+                    row: mean
+                    for rows, means, _ in self.old_policy[start:end]
+                    for row, mean in zip(rows, means, strict=True)
+                }
+                for start, end in zip(self.batch_starts, ends, strict=True)
+            ]
 
     return Recording
 
@@ -196,8 +189,8 @@ def main(argv: list[str] | None = None) -> None:
             {
                 **synced,
                 "used": trainer.used,
-                "trl_old": [[batch[row] for row in sorted(batch)] for batch in trainer.trl_old],
-                "had_old": trainer.had_old,
+                "trl_old": [[batch[row] for row in sorted(batch)] for batch in trainer.trl_old()],
+                "had_old": [had for _, _, had in trainer.old_policy],
                 "log_history": trainer.state.log_history,
                 "seconds_build": built - start,
                 "seconds_train": done - built,
