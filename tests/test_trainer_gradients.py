@@ -538,8 +538,8 @@ def test_lens_rollout_logprobs_cost_no_pass_of_their_own_when_alone(
     )
     trainer, batch, olds, _ = fixed_batch_trainer(tmp_path, case)
     calls = []
-    forward = trainer._logprobs
-    monkeypatch.setattr(trainer, "_logprobs", lambda *a: calls.append(1) or forward(*a))
+    forward = trainer.passes.logprobs
+    monkeypatch.setattr(trainer.passes, "logprobs", lambda *a: calls.append(1) or forward(*a))
     learned = trainer.learn(batch)
 
     # 2 micro-batches of one group each (2 training passes), plus the no-grad pass where needed

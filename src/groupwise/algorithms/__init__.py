@@ -12,7 +12,8 @@ g*G .. g*G+G-1. What an engine calls (DESIGN.md, "One algorithm core, several en
 
 `group_targets` (targets.py) is the advantage-time sequence in one call: estimator -> pairs on
 its reward totals -> coefficients. `AlgorithmOptions` (options.py) declares the options every
-engine shares, with defaults, ranges and documentation.
+engine shares, with defaults, ranges and documentation; every engine calls its `build` once,
+which runs every check of the options against the engine and returns the `Algorithm` to run.
 """
 
 from groupwise.algorithms.advantages import (
@@ -34,7 +35,13 @@ from groupwise.algorithms.estimators import (
 )
 from groupwise.algorithms.logprobs import sequence_mean_logp, token_logprobs
 from groupwise.algorithms.objective import LossSettings, LossTerms, loss_terms, micro_batch_share
-from groupwise.algorithms.options import AlgorithmOptions
+from groupwise.algorithms.options import (
+    Algorithm,
+    AlgorithmOptions,
+    RewardFacts,
+    check_options,
+    option,
+)
 from groupwise.algorithms.policy_loss import aggregate_token_losses, kl_k3, policy_loss
 from groupwise.algorithms.preference import (
     AdaptiveLambda,
@@ -59,6 +66,7 @@ __all__ = [
     "AdvantageEstimator",
     "AdvantageSettings",
     "Advantages",
+    "Algorithm",
     "AlgorithmOptions",
     "GroupRewards",
     "GroupTargets",
@@ -67,7 +75,9 @@ __all__ = [
     "PairSettings",
     "PairlessWarning",
     "PreferenceTerms",
+    "RewardFacts",
     "aggregate_token_losses",
+    "check_options",
     "get_advantage_estimator",
     "group_advantages",
     "group_targets",
@@ -81,6 +91,7 @@ __all__ = [
     "loss_terms",
     "micro_batch_share",
     "mine_pairs",
+    "option",
     "policy_loss",
     "preference_coefficients",
     "preference_loss",

@@ -83,6 +83,8 @@ GapFn = Callable[[float, float, int], float]
 class AdvantageEstimator:
     """A named estimator and what it needs beyond rewards (the rollout policy's log-probs).
 
+    needs_correctness: it reads the binary correctness of each completion (GroupRewards.correct
+    and .correctness), so an engine must say which reward part is correctness (LENS).
     per_group: a group's advantages and rewards depend on that group's rows alone, under every
     setting, so an engine may call it on any subset of whole groups (our trainer then computes
     them micro-batch by micro-batch from the training pass, with no pass of their own).
@@ -94,6 +96,7 @@ class AdvantageEstimator:
     name: str
     fn: EstimatorFn
     needs_rollout_logp: bool = False
+    needs_correctness: bool = False
     per_group: bool = False
     reward_gap: GapFn | None = None
 
@@ -105,6 +108,7 @@ def register_advantage_estimator(
     name: str,
     *,
     needs_rollout_logp: bool = False,
+    needs_correctness: bool = False,
     per_group: bool = False,
     reward_gap: GapFn | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
@@ -115,7 +119,7 @@ def register_advantage_estimator(
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
         ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(
-            name, fn, needs_rollout_logp, per_group, reward_gap
+            name, fn, needs_rollout_logp, needs_correctness, per_group, reward_gap
         )
         return fn
 
@@ -143,6 +147,7 @@ def grpo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantag
 @register_advantage_estimator(
     "lens",
     needs_rollout_logp=True,
+    needs_correctness=True,
     per_group=True,
     reward_gap=lambda gap, correct_reward, g: gap + abs(correct_reward) / g,
 )

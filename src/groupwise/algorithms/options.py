@@ -1,11 +1,17 @@
-"""The options every engine shares: advantage estimator, LENS and AMIR-GRPO (REFERENCE.md 1-3).
+"""The options every engine shares, and what an engine builds from them (REFERENCE.md 1-3).
 
 `AlgorithmOptions` declares each option once, with its default, its valid range and its
-documentation (field metadata "doc" and "valid"). groupwise's config section `algorithm` is a
-subclass that adds the options of groupwise's own trainer (clip range, aggregation, mini-batches);
-TRL's `GroupwiseGRPOConfig` declares the same options under TRL-style names, takes their defaults
-and help from here, and validates through `AlgorithmOptions.check`. What an engine builds from
-them: `advantage_settings`, `pair_settings`, `adaptive_lambda`.
+documentation (`option`: field metadata "doc", "valid", "check"); `option` is also how every
+other configuration of groupwise declares its fields (train, eval, sft). groupwise's config
+section `algorithm` is a subclass that adds the options of groupwise's own trainer (clip range,
+aggregation, mini-batches); TRL's `GroupwiseGRPOConfig` and verl's adapter declare the same
+options under their own names.
+
+An engine calls `AlgorithmOptions.build` once, with what it knows of its reward (`RewardFacts`)
+and whether it can provide a reference policy. Every check of the options against the engine
+runs there (ranges, the correctness signal LENS needs, an AMIR margin no pair can exceed, the
+reference policy), and it returns the `Algorithm`: the estimator and its settings, AMIR's pair
+settings and AdaptiveLambda, the pairless-batch warning, and what the engine must provide.
 """
 
 from __future__ import annotations
@@ -16,19 +22,105 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from groupwise.algorithms.estimators import AdvantageSettings, get_advantage_estimator
+from groupwise.algorithms.estimators import (
+    AdvantageEstimator,
+    AdvantageSettings,
+    GroupRewards,
+    get_advantage_estimator,
+)
 from groupwise.algorithms.preference import AdaptiveLambda
-from groupwise.algorithms.targets import PairSettings
+from groupwise.algorithms.targets import (
+    GroupTargets,
+    PairlessWarning,
+    PairSettings,
+    group_targets,
+    unreachable_margin,
+)
+
+_NO_DEFAULT: Any = dataclasses.MISSING
 
 
 def option(
-    default: Any, doc: str, valid: str | None = None, check: Callable[[Any], bool] | None = None
+    default: Any = _NO_DEFAULT,
+    doc: str = "",
+    valid: str | None = None,
+    check: Callable[[Any], bool] | None = None,
+    *,
+    factory: Callable[[], Any] | None = None,
 ) -> Any:
-    """A dataclass field with its documentation and, for numbers, its valid range in words
-    (`valid`) and as a predicate (`check`)."""
-    return field(
-        default=default, metadata={"doc": " ".join(doc.split()), "valid": valid, "check": check}
-    )
+    """A dataclass field with its documentation and, where a type alone does not say it, its
+    valid range in words (`valid`) and as a predicate (`check`, applied by `check_options`).
+    factory: for a mutable default (a list, a mapping), in place of `default`."""
+    metadata = {"doc": " ".join(doc.split()), "valid": valid, "check": check}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def check_options(values: Any, name: Callable[[str], str] = str) -> None:
+    """Raise ValueError naming the first field of the dataclass `values` outside its Literal
+    choices or its `option` range; `name` maps a field to the name the user typed (e.g.
+    "algorithm.margin", "amir_margin")."""
+    hints = typing.get_type_hints(type(values))
+    for spec in dataclasses.fields(values):
+        value = getattr(values, spec.name)
+        choices = _choices(hints[spec.name])
+        if choices and value not in choices:
+            listed = ", ".join(str(c) for c in choices)
+            raise ValueError(f"{name(spec.name)}={value!r} is not one of {listed}")
+        ok = spec.metadata.get("check")
+        if ok is not None and not ok(value):
+            raise ValueError(f"{name(spec.name)} must be {spec.metadata['valid']}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RewardFacts:
+    """What an engine knows of its reward before training, for `AlgorithmOptions.build`.
+
+    ranges: each reward part's (min, max) value, None where unknown. weights: each part's weight.
+    correct_reward: what the correctness part adds to the total for a correct answer (weight x
+        its correct value; LENS calibrates it, AMIR's largest gap widens by it under LENS);
+        None when the engine has no binary correctness signal.
+    correctness_hint: when correct_reward is None, why, and which option gives one (the
+        message of the refusal when the estimator needs correctness).
+    """
+
+    ranges: list[tuple[float, float] | None]
+    weights: list[float]
+    correct_reward: float | None
+    correctness_hint: str = "name the reward part that says whether an answer is correct"
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """What an engine runs, built once from the options (`AlgorithmOptions.build`).
+
+    estimator, advantage_settings: the advantage estimator by name and its settings.
+    pair_settings, lambda_reg, pairless: AMIR-GRPO's pair mining, its adaptive lambda (state:
+        the engine saves it with checkpoints) and the warning for batches without pairs; None
+        without AMIR.
+    needs_reference: the engine must give l_ref / the reference log-probs (KL, or AMIR with a
+        reference). needs_rollout_logp: it must give the rollout policy's l(q, o) (LENS's
+        confidences, AMIR's coefficients). needs_correctness: it must give the binary
+        correctness of each completion (LENS).
+    """
+
+    options: AlgorithmOptions
+    estimator: AdvantageEstimator
+    advantage_settings: AdvantageSettings
+    pair_settings: PairSettings | None
+    lambda_reg: AdaptiveLambda | None
+    pairless: PairlessWarning | None
+    needs_reference: bool
+    needs_rollout_logp: bool
+    needs_correctness: bool
+
+    def targets(self, batch: GroupRewards, **kwargs: Any) -> GroupTargets:
+        """The batch's advantages, AMIR pairs and coefficients (`group_targets` with this
+        algorithm's estimator, settings and pairs; kwargs: its keyword arguments)."""
+        return group_targets(
+            batch, self.estimator, self.advantage_settings, self.pair_settings, **kwargs
+        )
 
 
 @dataclass
@@ -146,17 +238,9 @@ class AlgorithmOptions:
     )
 
     def check(self, name: Callable[[str], str] = str) -> None:
-        """Raise ValueError naming the first option outside its range or choices; `name` maps
-        an option to the name the user typed (e.g. "algorithm.margin", "amir_margin")."""
-        hints = typing.get_type_hints(type(self))
-        for spec in dataclasses.fields(AlgorithmOptions):
-            value = getattr(self, spec.name)
-            choices = _choices(hints[spec.name])
-            if choices and value not in choices:
-                raise ValueError(f"{name(spec.name)}={value!r} is not one of {', '.join(choices)}")
-            valid, ok = spec.metadata["valid"], spec.metadata["check"]
-            if ok is not None and not ok(value):
-                raise ValueError(f"{name(spec.name)} must be {valid}, got {value!r}")
+        """Raise ValueError naming the first option outside its range or choices, or an
+        unknown estimator; `name` maps an option to the name the user typed."""
+        check_options(self, name)
         try:
             get_advantage_estimator(self.advantage)
         except ValueError as error:
@@ -171,6 +255,70 @@ class AlgorithmOptions:
                 f"{name('lambda_low')} must be < {name('lambda_high')}, got "
                 f"{self.lambda_low} and {self.lambda_high}"
             )
+
+    def build(
+        self,
+        rewards: RewardFacts,
+        group_size: int,
+        *,
+        name: Callable[[str], str] = str,
+        kl_coef: float = 0.0,
+        no_reference: str | None = None,
+        scale: str = "group",
+        std: str = "unbiased",
+        eps: float = 1e-4,
+    ) -> Algorithm:
+        """The Algorithm an engine runs, after every check of these options against it.
+
+        Args:
+            rewards: what the engine knows of its reward (ranges, weights, correctness).
+            group_size: G, completions per question.
+            name: option -> the name the user typed, for messages.
+            kl_coef: gamma of the engine's KL term, if groupwise computes it (a reference is
+                then needed).
+            no_reference: None when the engine can give a reference policy; otherwise why it
+                cannot and what would give one (the message of the refusal).
+            scale, std, eps: GRPO's std settings, the engine's (REFERENCE.md 1).
+
+        Raises:
+            ValueError: one line naming the option: out of range, an estimator that needs a
+                correctness signal the reward lacks, a margin no pair can exceed
+                (REFERENCE.md 2), a reference policy the engine cannot give.
+        """
+        self.check(name)
+        estimator = get_advantage_estimator(self.advantage)
+        if estimator.needs_correctness and rewards.correct_reward is None:
+            raise ValueError(
+                f"{name('advantage')}={self.advantage} needs a binary correctness signal: "
+                f"{rewards.correctness_hint}"
+            )
+        needs_reference = kl_coef > 0 or (self.amir and not self.ref_free)
+        if needs_reference and no_reference is not None:
+            what = "a KL term" if kl_coef > 0 else f"{name('ref_free')}=false"
+            raise ValueError(f"{what} needs a reference policy: {no_reference}")
+        if self.amir:
+            problem = unreachable_margin(
+                self.margin,
+                estimator,
+                rewards.ranges,
+                rewards.weights,
+                rewards.correct_reward or 0.0,
+                group_size,
+                option=name("margin"),
+            )
+            if problem is not None:
+                raise ValueError(problem)
+        return Algorithm(
+            options=self,
+            estimator=estimator,
+            advantage_settings=self.advantage_settings(scale, std, eps),
+            pair_settings=self.pair_settings(),
+            lambda_reg=self.adaptive_lambda(),
+            pairless=PairlessWarning(self.margin, name("margin")) if self.amir else None,
+            needs_reference=needs_reference,
+            needs_rollout_logp=self.needs_rollout_logp(),
+            needs_correctness=estimator.needs_correctness,
+        )
 
     def advantage_settings(
         self, scale: str = "group", std: str = "unbiased", eps: float = 1e-4

@@ -7,12 +7,12 @@ own rows of it (`ScoredBatch.rows`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from groupwise.algorithms import GroupRewards, GroupTargets
-from groupwise.rewards import Scores
+from groupwise.rewards import Scores, correct_value
 from groupwise.rollout import Rollouts
 
 
@@ -35,21 +35,25 @@ class ScoredBatch:
         self,
         rows: slice | torch.Tensor,
         group_size: int,
-        correctness: tuple[torch.Tensor, float],
+        component: str,
         mean_logp_old: torch.Tensor | None = None,
         lengths: torch.Tensor | None = None,
     ) -> GroupRewards:
         """What an advantage estimator sees of the whole batch's `rows` (whole groups).
 
-        correctness: ([B] the correctness component's weighted column, its weighted value on a
-        correct answer). mean_logp_old, lengths: [rows] the rollout l(q, o) and completion
-        lengths, or None where the estimator needs none."""
-        column, correct_reward = correctness
+        component: the correctness component (reward.correctness_component), which LENS
+        calibrates inside the total (REFERENCE.md 3); its weighted column is zeros, and its
+        value on a correct answer 1.0, when the reward has none. mean_logp_old, lengths:
+        [rows] the rollout l(q, o) and completion lengths, or None where the estimator needs
+        none."""
+        weight = self.scores.weights.get(component, 0.0)
+        column = weight * self.scores.columns.get(component, torch.zeros_like(self.scores.total))
+        correct_reward = weight * correct_value(component) if weight else 1.0
         return GroupRewards(
             rewards=self.scores.total[rows].float(),
             correct=self.scores.correct[rows],
             group_size=group_size,
-            correctness=column[rows].float(),
+            correctness=column.float()[rows],
             correct_reward=correct_reward,
             mean_logp_old=mean_logp_old,
             lengths=lengths,
@@ -63,6 +67,20 @@ class Learned:
 
     targets: GroupTargets
     updates: list[dict[str, float]]
+
+
+@dataclass
+class StepState:
+    """What the updates of one step share: the run's steps before it, the scored batch, its rows'
+    rollout-policy log-probs, the whole batch's targets (None where each micro-batch computes
+    its own: train.step_targets) and the targets each micro-batch of the step's first update
+    used."""
+
+    step: int
+    batch: ScoredBatch
+    old: RolloutLogprobs
+    targets: GroupTargets | None = None
+    first_update: list[tuple[slice, GroupTargets]] = field(default_factory=list)
 
 
 class RolloutLogprobs:

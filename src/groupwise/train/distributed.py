@@ -30,6 +30,11 @@ import torch.distributed as dist
 _BUCKET_ELEMENTS = 1 << 26
 
 
+def processes_from_environment() -> int:
+    """The number of processes of this run, as torchrun / accelerate set it (WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 class Distributed:
     """Rank, world size and the few collectives of a training step.
 
@@ -38,7 +43,7 @@ class Distributed:
     """
 
     def __init__(self) -> None:
-        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.world_size = processes_from_environment()
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self._owns_group = False
@@ -106,6 +111,15 @@ class Distributed:
             return [obj]
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
+        return out
+
+    def place(self, rows: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """Every process's [b] values `local` of its rows `rows` ([b] indices into the whole
+        batch) placed at those rows: [B], the same on every process."""
+        parts = self.gather((rows, local.cpu()))
+        rows_all = torch.cat([part[0] for part in parts])
+        out = torch.zeros(rows_all.numel(), dtype=local.dtype)
+        out[rows_all] = torch.cat([part[1] for part in parts])
         return out
 
     def sum_gradients(

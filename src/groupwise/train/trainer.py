@@ -2,89 +2,40 @@
 
 One step, top to bottom (`Trainer.train_step`):
 
-    questions -> rollout -> score (reward columns) -> targets (advantages, AMIR pairs)
-              -> for each epoch, for each mini-batch: one update (train.update.Updater):
-                 micro-batches of  share * (policy + gamma * KL) + lambda * preference
-                 -> backward -> all-reduce -> clip -> AdamW step
+    questions -> rollout (the generator) -> score (reward columns, gathered in question order)
+              -> learn (train.learner: targets, then for each epoch and mini-batch one update)
+              -> metrics
 
-Every algorithm decision is a call into groupwise.algorithms (DESIGN.md): `group_targets` (the
-advantage estimator by name, AMIR's pairs on its reward totals, AMIR's per-completion
-coefficients), the loss terms of a micro-batch and the adaptive lambda. This file is plumbing
-around them; the update itself is train/update.py, the diagnostics that keep a part of the
-gradient apart are train/probes.py, what a step logs is train/step_metrics.py.
+The algorithm is what `AlgorithmOptions.build` made from the config (train.config
+.build_algorithm); every formula lives in groupwise.algorithms. The rooms around this file:
+train/learner.py (targets and updates), train/step_targets.py (where targets come from),
+train/update.py (backward, all-reduce, clip, step), train/policy.py (loading the policy, its
+forward passes), train/step_metrics.py (what a step logs), train/checkpoint.py and
+train/run_folder.py (what survives a stop), train/heldout.py (held-out evaluation).
 
-Rollout-policy log-probs (logp_old; LENS's confidences and AMIR's l_old are their means): a row's
-are taken from its first forward pass under the rollout policy. While no optimizer step has
-been taken in this step, that is the training forward pass itself (no extra pass: the first
-update is exactly on-policy, ratio 1). Rows whose values are needed before that, or after the
-policy has moved, get them from one no-grad pass right after the rollout: the rows of
-mini-batches 2..M (REFERENCE.md 1, PPO mini-batches), and every row when the estimator needs
-them over the whole batch before the first update. That is LENS with AMIR-GRPO (the update's
-pair count, which normalises L_pref, depends on LENS's rewards) or with several mini-batches;
-LENS alone with one mini-batch computes each micro-batch's targets from that micro-batch's own
-training pass (its groups are whole and LENS is per group), so it costs no pass. AMIR's
-coefficients are computed micro-batch by micro-batch, from the rows' l_old and the update's pair
-count.
-
-Micro-batches hold whole groups and every share is taken of the update's GLOBAL batch
-(completions, tokens, pairs), so summing micro-batches and processes (one all-reduce before
-clipping) gives the gradient of the whole update. Each group's prompt runs through the model
-once, its key/value cache shared by the group's completions (groupwise.scoring); generation runs
-on a merged (optionally bfloat16) inference copy of the policy (groupwise.rollout).
-
-Several processes (torchrun / accelerate launch; groupwise.train.distributed): each takes its own
-whole questions of every mini-batch; rewards, targets and pairs are computed over the gathered
-batch in question order, the k-th micro-batches of all processes feed AdaptiveLambda together,
-so lambda is the same everywhere. Rank 0 writes the logs, checkpoints and final model.
+Several processes (torchrun / accelerate launch; train.distributed): each samples and trains on
+its own whole questions of every mini-batch; rewards and targets are computed over the gathered
+batch. Rank 0 writes the logs, checkpoints and final model.
 """
 
 from __future__ import annotations
 
-import importlib
-import math
 import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from groupwise.algorithms import (
-    GroupTargets,
-    LossSettings,
-    LossTerms,
-    PairlessWarning,
-    get_advantage_estimator,
-    group_targets,
-    group_types,
-    loss_terms,
-    micro_batch_share,
-    sequence_mean_logp,
-)
 from groupwise.data import MixPart, load_benchmark, load_mix, render_prompt
 from groupwise.errors import NonFiniteError
-from groupwise.models import (
-    DTYPES,
-    LoraSettings,
-    attach_lora,
-    load_model,
-    reference_policy,
-    save_merged,
-)
-from groupwise.rewards import RewardSuite, correct_value
+from groupwise.models import DTYPES, save_merged
+from groupwise.rewards import RewardSuite
 from groupwise.rollout import Rollouts, SamplingParams, TransformersGenerator
-from groupwise.scoring import completion_logprobs
-from groupwise.train.batch import (
-    Learned,
-    RolloutLogprobs,
-    ScoredBatch,
-    concat_scores,
-    take_scores,
-)
+from groupwise.train.batch import Learned, ScoredBatch, concat_scores, take_scores
 from groupwise.train.checkpoint import (
     find_resume_point,
     load_trainer_state,
@@ -93,78 +44,28 @@ from groupwise.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from groupwise.train.config import Config
+from groupwise.train.config import Config, build_algorithm
 from groupwise.train.distributed import Distributed
 from groupwise.train.heldout import HeldoutEvaluation
+from groupwise.train.learner import Learner, LearnSettings
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
-from groupwise.train.probes import AllWrongGradient, GradientProbe, PreferenceGradient
+from groupwise.train.policy import Passes, load_trainable_policy
 from groupwise.train.progress import ProgressLine
 from groupwise.train.run_folder import RunFolder
 from groupwise.train.sampler import ProblemSampler
-from groupwise.train.step_metrics import micro_batch_metrics, step_metrics, step_samples
-from groupwise.train.update import MicroBatchLoss, Updater
-
-
-@dataclass(frozen=True)
-class LossInputs:
-    """The per-row inputs of one micro-batch's loss terms (`groupwise.algorithms.loss_terms`):
-    logp / old_logp / ref_logp [b, T] per-token log-probs (policy with gradient, rollout policy
-    when off-policy, reference), mask [b, T] bool, advantages [b]."""
-
-    logp: torch.Tensor
-    mask: torch.Tensor
-    advantages: torch.Tensor
-    old_logp: torch.Tensor | None = None
-    ref_logp: torch.Tensor | None = None
-
-    def terms(self, settings: LossSettings, coefficients: torch.Tensor | None = None) -> LossTerms:
-        return loss_terms(
-            self.logp,
-            self.mask,
-            self.advantages,
-            settings,
-            old_logp=self.old_logp,
-            ref_logp=self.ref_logp,
-            coefficients=coefficients,
-        )
-
-    def rows(self, keep: torch.Tensor) -> LossInputs:
-        """The inputs of the rows where `keep` ([b] bool) is set."""
-        return LossInputs(
-            *(t[keep] for t in (self.logp, self.mask, self.advantages)),
-            *(None if t is None else t[keep] for t in (self.old_logp, self.ref_logp)),
-        )
-
-
-@dataclass(frozen=True)
-class UpdatePlan:
-    """One update's place in the step. rows: this process's rows (whole groups of one
-    mini-batch). on_policy: no optimizer step yet in this step (ratio exactly 1). first_use: the
-    rows' first epoch, when AdaptiveLambda observes the losses (REFERENCE.md 2). totals: the
-    update's rows, completion tokens and AMIR pairs over every process."""
-
-    rows: slice
-    on_policy: bool
-    first_use: bool
-    totals: tuple[int, int, int]
+from groupwise.train.step_metrics import step_metrics, step_samples
+from groupwise.train.step_targets import choose_step_targets
+from groupwise.train.update import adamw_updater
 
 
 class Trainer:
-    """Owns the model, the updater (optimizer, schedule), AdaptiveLambda and the run folder."""
+    """Owns the policy, the generator, the learner (algorithm, updater) and the run folder."""
 
     def __init__(self, config: Config, resume: bool = False, folder: RunFolder | None = None):
         """Builds everything a run needs; rank 0 first opens (locks) the run folder, unless the
         caller opened it: `groupwise train` does, before any model or data is loaded."""
         self.config = config
         self.dist = Distributed()
-        parts = self.dist.world_size * config.algorithm.minibatches
-        if config.rollout.questions_per_step % parts:
-            raise ValueError(
-                f"rollout.questions_per_step={config.rollout.questions_per_step} must be "
-                f"divisible by the number of processes ({self.dist.world_size}) x "
-                f"algorithm.minibatches ({config.algorithm.minibatches}): each process takes "
-                "whole questions of each mini-batch"
-            )
         self.run_dir = Path(config.train.output_dir)
         self.folder = folder
         self._owns_folder = folder is None and self.dist.is_main
@@ -177,7 +78,7 @@ class Trainer:
             raise
 
     def _build(self, resume: bool) -> None:
-        """Data, model, generator, rewards, updater, algorithm, logs; then resume."""
+        """Data, policy, generator, rewards, algorithm and learner, logs; then resume."""
         cfg = self.config
         torch.manual_seed(cfg.train.seed)
         # Data before the model: a bad file or loader option fails before minutes of loading.
@@ -185,7 +86,7 @@ class Trainer:
             self._problems(), cfg.rollout.questions_per_step, cfg.train.seed, cfg.data.shuffle
         )
         self.device = torch.device(self.dist.device(cfg.model.device))
-        self.model = self._load_policy(str(self.device))
+        self.model, self.tokenizer = load_trainable_policy(cfg.model, str(self.device))
         rollout_dtype = None if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
         self.generator = TransformersGenerator(
             self.model,
@@ -194,8 +95,6 @@ class Trainer:
             inference_copy=cfg.rollout.inference_copy,
             dtype=rollout_dtype,
         )
-        for module in cfg.reward.plugins:
-            importlib.import_module(module)
         self.rewards = RewardSuite(
             cfg.reward.weights,
             workers=cfg.reward.workers,
@@ -203,8 +102,7 @@ class Trainer:
             checking=cfg.reward.checking,
         )
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.updater = self._updater()
-        self._algorithm()
+        self.learner = self._learner()
         self.step = 0
         resumed = self._resume() if resume else False
         self._logs(resume_step=self.step if resumed else None)
@@ -221,57 +119,46 @@ class Trainer:
         )
         return problems if data.limit is None else problems[: data.limit]
 
-    def _updater(self) -> Updater:
-        """AdamW over the trainable parameters and its learning-rate schedule, one optimizer
-        update per mini-batch and epoch."""
+    def _learner(self) -> Learner:
+        """The algorithm the options build, where its targets come from, the policy's passes
+        and AdamW (one optimizer update per mini-batch and epoch)."""
         cfg, algo = self.config, self.config.algorithm
-        optimizer = torch.optim.AdamW(
-            self.params,
-            lr=cfg.optim.lr,
-            betas=(cfg.optim.beta1, cfg.optim.beta2),
-            weight_decay=cfg.optim.weight_decay,
-        )
+        algorithm = build_algorithm(cfg)
+        self.lambda_reg = algorithm.lambda_reg
         updates = cfg.train.max_steps * algo.minibatches * algo.num_iterations
-        scheduler = _schedule(optimizer, cfg.optim.schedule, cfg.optim.warmup_ratio, updates)
-        return Updater(
+        self.updater = adamw_updater(
             self.params,
-            optimizer,
-            scheduler,
+            cfg.optim,
+            updates,
             self.dist,
-            cfg.optim.max_grad_norm,
             step=lambda: self.step + 1,
             hint=self._divergence_hint,
         )
-
-    def _algorithm(self) -> None:
-        """What the algorithm options make: the estimator and its settings, the loss settings,
-        AMIR's pair settings and AdaptiveLambda (None without AMIR), the reference policy."""
-        algo = self.config.algorithm
-        self.estimator = get_advantage_estimator(algo.advantage)
-        self.advantage_settings = algo.advantage_settings(
-            algo.scale_rewards, algo.advantage_std, algo.advantage_eps
-        )
-        self.loss_settings = LossSettings(
-            eps_low=algo.eps_low,
-            eps_high=algo.eps_high,
-            ratio_level=algo.loss_level,
-            aggregation=algo.aggregation,
+        settings = LearnSettings(
+            group_size=cfg.rollout.group_size,
+            micro_batch_size=cfg.train.micro_batch_size,
+            minibatches=algo.minibatches,
+            num_iterations=algo.num_iterations,
             kl_coef=algo.kl_coef,
-            max_completion_length=self.config.rollout.max_new_tokens,
+            aggregation=algo.aggregation,
+            loss=algo.loss_settings(cfg.rollout.max_new_tokens),
+            log_all_wrong_gradient=cfg.train.log_all_wrong_gradient,
         )
-        self.pair_settings = algo.pair_settings()
-        self.lambda_reg = algo.adaptive_lambda()
-        self.pairless = PairlessWarning(algo.margin, "algorithm.margin") if algo.amir else None
-        self.needs_reference = algo.kl_coef > 0 or (algo.amir and not algo.ref_free)
-        # A per-group estimator that needs logp_old gets each micro-batch's targets from that
-        # micro-batch's training pass (module docstring); AMIR's pair count and later
-        # mini-batches need every row's logp_old before the first update.
-        self._per_micro_batch = (
-            self.estimator.needs_rollout_logp
-            and self.estimator.per_group
-            and not algo.amir
-            and algo.minibatches == 1
+        targets = choose_step_targets(
+            algorithm,
+            cfg.rollout.group_size,
+            cfg.reward.correctness_component,
+            algo.minibatches,
+            self.dist,
         )
+        self.passes = Passes(
+            self.model,
+            self.device,
+            cfg.rollout.group_size,
+            cfg.rollout.temperature,
+            reference=algorithm.needs_reference,
+        )
+        return Learner(settings, algorithm, targets, self.passes, self.updater, self.dist)
 
     def _logs(self, resume_step: int | None) -> None:
         """metrics.jsonl (and rollouts.jsonl, heldout.jsonl): rank 0 writes, the others hold silent
@@ -289,30 +176,6 @@ class Trainer:
         self.heldout = HeldoutEvaluation.from_config(
             cfg, self.generator, self.tokenizer, self.rewards, self.dist, self.run_dir, resume_step
         )
-
-    def _load_policy(self, device: str) -> torch.nn.Module:
-        """The policy to train (LoRA attached when configured), dropout off; its tokenizer goes
-        to self.tokenizer."""
-        cfg = self.config
-        model, self.tokenizer = load_model(
-            cfg.model.name, dtype=cfg.model.dtype, device=device, seed=cfg.model.seed
-        )
-        if cfg.model.lora:
-            model = attach_lora(
-                model,
-                LoraSettings(
-                    r=cfg.model.lora_r,
-                    alpha=cfg.model.lora_alpha,
-                    dropout=cfg.model.lora_dropout,
-                    target_modules=cfg.model.lora_target_modules,
-                ),
-            )
-        # Dropout off (as TRL's disable_dropout): the log-probs of the loss must be those of the
-        # policy that sampled, and logp_old is recorded from a training forward pass.
-        model.eval()
-        if cfg.model.gradient_checkpointing:
-            _enable_gradient_checkpointing(model, cfg.model.lora)
-        return model
 
     # -----------------------------------------------------------------------------------------
     # The loop
@@ -337,28 +200,45 @@ class Trainer:
             if self.heldout is not None and self.step == 0:
                 self.heldout.at(0)
             while self.step < cfg.train.max_steps and not self._stop_requested:
-                record, samples = self.train_step()
-                self.step += 1
-                if self.heldout is not None:
-                    record.update(self.heldout.at(self.step))
-                # A signal may reach one process only; all stop after the same step.
-                self._stop_requested = self.dist.any(self._stop_requested)
-                self.log.write(record)
-                if self.rollout_log is not None:
-                    self.rollout_log.write(samples)
+                record = self._logged_step()
                 bar.update(1)
                 bar.set_postfix(progress.postfix(record))
-                if self.step % cfg.train.save_every == 0 or self.step == cfg.train.max_steps:
-                    self.save()
-            if self._stop_requested and self.step < cfg.train.max_steps:
-                self.save()
-            else:
-                self.stop_signal = None  # a signal during the last step: the run finished
+            self._save_at_stop()
         bar.close()
+        return self._finish()
+
+    def _logged_step(self) -> dict[str, Any]:
+        """One step, its held-out evaluation when due, its logs and checkpoint; its record."""
+        record, samples = self.train_step()
+        self.step += 1
+        if self.heldout is not None:
+            record.update(self.heldout.at(self.step))
+        # A signal may reach one process only; all stop after the same step.
+        self._stop_requested = self.dist.any(self._stop_requested)
+        self.log.write(record)
+        if self.rollout_log is not None:
+            self.rollout_log.write(samples)
+        if (
+            self.step % self.config.train.save_every == 0
+            or self.step == self.config.train.max_steps
+        ):
+            self.save()
+        return record
+
+    def _save_at_stop(self) -> None:
+        """A checkpoint when a signal stopped the run early (the last step's is written)."""
+        if self._stop_requested and self.step < self.config.train.max_steps:
+            self.save()
+        else:
+            self.stop_signal = None  # a signal during the last step: the run finished
+
+    def _finish(self) -> Path:
+        """Close the logs; export when the run reached max_steps. Returns the final folder (or
+        the run folder when stopped early)."""
         self.log.close()
         if self.rollout_log is not None:
             self.rollout_log.close()
-        final = self.export() if self.step >= cfg.train.max_steps else self.run_dir
+        final = self.export() if self.step >= self.config.train.max_steps else self.run_dir
         self.dist.close()
         self.close()
         return final
@@ -369,7 +249,7 @@ class Trainer:
             self.folder.close()
 
     def train_step(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """One step: rollout -> score -> targets -> updates (mini-batches x epochs).
+        """One step: rollout -> score -> learn (targets, updates).
 
         Returns (metrics, samples): the step's metrics.jsonl line and its rollouts.jsonl line.
         """
@@ -390,28 +270,8 @@ class Trainer:
         return metrics, step_samples(step, problems, batch, learned)
 
     def learn(self, batch: ScoredBatch) -> Learned:
-        """The batch's targets, then its updates: for each epoch, one optimizer update per
-        mini-batch. Returns the whole batch's targets and each update's metrics."""
-        algo = self.config.algorithm
-        minibatches = self._minibatches(len(batch.rollouts))
-        old = self._rollout_logprobs(batch.rollouts, minibatches)
-        targets = self._batch_targets(batch, old)
-        if self.pairless is not None:
-            self.pairless.observe(targets, self.config.rollout.group_size)
-        updates, first = [], []
-        for epoch in range(algo.num_iterations):
-            for m, rows in enumerate(minibatches):
-                plan = self._plan(
-                    batch, targets, rows, on_policy=epoch == m == 0, first_use=epoch == 0
-                )
-                metrics, computed = self._update(batch, targets, old, plan)
-                updates.append(metrics)
-                first = first or computed
-        # per micro-batch (one mini-batch), the first update's micro-batches hold every row
-        return Learned(targets if targets is not None else self._gather(batch, first), updates)
-
-    # -----------------------------------------------------------------------------------------
-    # Rollout, score, targets
+        """The batch's targets and updates (train.learner.Learner.learn)."""
+        return self.learner.learn(batch, self.step)
 
     def _rollout(self, problems: list[Any], questions: list[int]) -> Rollouts:
         """This process's completions: group_size of each of its questions, in that order."""
@@ -451,284 +311,10 @@ class Trainer:
             truncated=torch.cat([part[3] for part in parts])[order],
         )
 
-    def _rollout_logprobs(self, rollouts: Rollouts, minibatches: list[slice]) -> RolloutLogprobs:
-        """logp_old of every row the updates will need before their first training forward
-        under the rollout policy (module docstring), from one no-grad pass."""
-        old = RolloutLogprobs(len(rollouts), rollouts.completion_ids.shape[1])
-        whole_batch = self.estimator.needs_rollout_logp and not self._per_micro_batch
-        upfront = minibatches if whole_batch else minibatches[1:]
-        with torch.no_grad():
-            for minibatch in upfront:
-                for rows in self._micro_batches(minibatch):
-                    old.record(rows, self._logprobs(self.model, rollouts, rows))
-        return old
-
-    def _batch_targets(self, batch: ScoredBatch, old: RolloutLogprobs) -> GroupTargets | None:
-        """The whole batch's advantages and AMIR pairs (REFERENCE.md 1-3); None when each
-        micro-batch computes its own targets from its training pass (module docstring).
-        AMIR's coefficients come later, per micro-batch (_micro_targets)."""
-        if self._per_micro_batch:
-            return None
-        mean_logp_old = lengths = None
-        if self.estimator.needs_rollout_logp:
-            mask = batch.rollouts.completion_mask.bool()
-            mean_logp_old = self._to_batch(
-                batch.rows, sequence_mean_logp(old.of(slice(None)), mask)
-            )
-            lengths = self._to_batch(batch.rows, mask.sum(dim=1).float())
-        rewards = batch.group_rewards(
-            slice(None),
-            self.config.rollout.group_size,
-            self._correctness(batch),
-            mean_logp_old,
-            lengths,
-        )
-        return group_targets(
-            rewards, self.estimator, self.advantage_settings, self.pair_settings, coefficients=False
-        )
-
-    def _correctness(self, batch: ScoredBatch) -> tuple[torch.Tensor, float]:
-        """The correctness component's weighted column [B] and its weighted value on a correct
-        answer (what LENS calibrates, REFERENCE.md 3); zeros and 1.0 when the reward has none."""
-        scores, component = batch.scores, self.config.reward.correctness_component
-        weight = self.rewards.weights.get(component, 0.0)
-        column = scores.columns.get(component, torch.zeros_like(scores.total))
-        return weight * column.float(), weight * correct_value(component) if weight else 1.0
-
-    # -----------------------------------------------------------------------------------------
-    # One update
-
-    def _plan(
-        self,
-        batch: ScoredBatch,
-        targets: GroupTargets | None,
-        rows: slice,
-        on_policy: bool,
-        first_use: bool,
-    ) -> UpdatePlan:
-        """An update's place in the step, with its global row, token and pair counts."""
-        mask = batch.rollouts.completion_mask[rows]
-        pairs = 0 if targets is None else targets.select(batch.rows[rows]).num_pairs
-        totals = self.dist.sum([rows.stop - rows.start, int(mask.sum()), pairs])
-        return UpdatePlan(rows, on_policy, first_use, tuple(int(t) for t in totals))
-
-    def _update(
-        self,
-        batch: ScoredBatch,
-        targets: GroupTargets | None,
-        old: RolloutLogprobs,
-        plan: UpdatePlan,
-    ) -> tuple[dict[str, float], list[tuple[slice, GroupTargets]]]:
-        """One optimizer update on this process's rows of one mini-batch (and the other
-        processes' rows of it). Returns its metrics and each micro-batch's targets."""
-        probes = self._probes()
-        computed = []
-
-        def losses() -> Iterator[MicroBatchLoss]:
-            for micro in self._micro_batches(plan.rows):
-                loss, micro_targets = self._micro_batch_loss(
-                    batch, targets, old, micro, plan, probes
-                )
-                computed.append((micro, micro_targets))
-                yield loss
-
-        metrics = self.updater.update(losses(), probes)
-        metrics["pairs"] = plan.totals[2]
-        if self.lambda_reg is not None:
-            metrics["lambda"] = self.lambda_reg.value
-        return metrics, computed
-
-    def _probes(self) -> list[GradientProbe]:
-        """This update's gradient probes (train/probes.py): the AMIR term's gradient when lambda
-        is measured by gradients this step; the all-wrong rows' with the LENS diagnostic."""
-        probes: list[GradientProbe] = []
-        if self.lambda_reg is not None and self.lambda_reg.measures_gradient(self.step):
-            probes.append(PreferenceGradient(self.params, self.lambda_reg))
-        if self.config.train.log_all_wrong_gradient:
-            probes.append(AllWrongGradient(self.params))
-        return probes
-
-    def _micro_batch_loss(
-        self,
-        batch: ScoredBatch,
-        targets: GroupTargets | None,
-        old: RolloutLogprobs,
-        micro: slice,
-        plan: UpdatePlan,
-        probes: list[GradientProbe],
-    ) -> tuple[MicroBatchLoss, GroupTargets]:
-        """A micro-batch's forward passes, targets and loss terms (groupwise.algorithms):
-        share * L_GRPO + lambda * the AMIR term, the probes given their parts."""
-        algo = self.config.algorithm
-        rows, tokens, pairs = plan.totals
-        mask = batch.rollouts.completion_mask[micro].bool().to(self.device)
-        ref_logp = self._reference_logprobs(batch.rollouts, micro)
-        logp = self._logprobs(self.model, batch.rollouts, micro)
-        if plan.on_policy:
-            old.record(micro, logp)
-        mine = self._micro_targets(batch, targets, old, micro, ref_logp, pairs)
-        inputs = LossInputs(
-            logp,
-            mask,
-            mine.advantages.to(logp.device),
-            old_logp=None if plan.on_policy else old.of(micro).to(logp.device),
-            ref_logp=ref_logp,
-        )
-        coefficients = None if mine.coefficients is None else mine.coefficients.to(logp.device)
-        terms = inputs.terms(self.loss_settings, coefficients)
-        share = micro_batch_share(
-            algo.aggregation, micro.stop - micro.start, int(mask.sum()), rows, tokens
-        )
-        policy_and_kl = terms.grpo(algo.kl_coef)
-        if self.lambda_reg is not None and plan.first_use:
-            self._observe_losses(float(policy_and_kl.detach()) * share, share, mine)
-        loss = share * policy_and_kl + self._preference_part(terms, probes)
-        self._probe_all_wrong(batch, micro, inputs, plan, probes)
-        metrics = micro_batch_metrics(terms, mine, share, int(mask.sum()) / tokens)
-        return MicroBatchLoss(loss, metrics), mine
-
-    def _micro_targets(
-        self,
-        batch: ScoredBatch,
-        targets: GroupTargets | None,
-        old: RolloutLogprobs,
-        micro: slice,
-        ref_logp: torch.Tensor | None,
-        update_pairs: int,
-    ) -> GroupTargets:
-        """The micro-batch's targets: its rows of the batch's, with AMIR's coefficients from
-        its rows' l_old and the update's pair count (REFERENCE.md 2); or, per micro-batch
-        (targets None), the estimator on its own groups and l_old."""
-        mask = batch.rollouts.completion_mask[micro].bool()
-        mean_logp_old = None
-        if targets is None or self.pair_settings is not None:
-            mean_logp_old = sequence_mean_logp(old.of(micro), mask)
-        if targets is None:
-            rewards = batch.group_rewards(
-                batch.rows[micro],
-                self.config.rollout.group_size,
-                self._correctness(batch),
-                mean_logp_old,
-                mask.sum(dim=1).float(),
-            )
-            return group_targets(rewards, self.estimator, self.advantage_settings)
-        mine = targets.select(batch.rows[micro])
-        if self.pair_settings is None:
-            return mine
-        ref = None if self.config.algorithm.ref_free else sequence_mean_logp(ref_logp.cpu(), mask)
-        return mine.with_coefficients(
-            mean_logp_old, ref, self.pair_settings.beta, num_pairs=update_pairs
-        )
-
-    def _preference_part(self, terms: LossTerms, probes: list[GradientProbe]) -> Any:
-        """lambda * the AMIR term, to add to the micro-batch's loss; or, when lambda is measured
-        by gradients this step, 0, with the term's gradient kept apart by its probe."""
-        if terms.preference is None:
-            return 0.0
-        for probe in probes:
-            if isinstance(probe, PreferenceGradient):
-                probe.add(terms.preference)
-                return 0.0
-        return self.lambda_reg.value * terms.preference
-
-    def _probe_all_wrong(
-        self,
-        batch: ScoredBatch,
-        micro: slice,
-        inputs: LossInputs,
-        plan: UpdatePlan,
-        probes: list[GradientProbe],
-    ) -> None:
-        """train.log_all_wrong_gradient: the gradient of the all-wrong rows' part of the
-        micro-batch's share * L_GRPO, kept by its probe. A micro-batch's aggregated loss splits
-        exactly into row subsets, each weighted by its own share of the update
-        (micro_batch_share), so this is their exact contribution (REFERENCE.md 1 and 3)."""
-        probe = next((p for p in probes if isinstance(p, AllWrongGradient)), None)
-        if probe is None:
-            return
-        algo, group_size = self.config.algorithm, self.config.rollout.group_size
-        all_wrong = group_types(batch.scores.correct, group_size)["all_wrong"]
-        wrong = all_wrong.repeat_interleave(group_size)[batch.rows[micro]].to(self.device)
-        if not bool((inputs.advantages[wrong] != 0).any()) and algo.kl_coef == 0:
-            return  # no such rows, or all their advantages are 0: a zero gradient, no backward
-        part = inputs.rows(wrong)
-        rows, tokens, _ = plan.totals
-        share = micro_batch_share(
-            algo.aggregation, int(wrong.sum()), int(part.mask.sum()), rows, tokens
-        )
-        probe.add(share * part.terms(self.loss_settings).grpo(algo.kl_coef))
-
-    def _observe_losses(self, weighted_pg: float, share: float, mine: GroupTargets) -> None:
-        """One loss computation for AdaptiveLambda: the k-th micro-batches of every process,
-        L_GRPO pooled by their shares and L_pref by their pairs, so that every process applies
-        the same update (none where no process has a pair)."""
-        pg_sum, share_sum, pref_sum, pairs = self.dist.sum(
-            [weighted_pg, share, float(mine.pair_losses.sum()), mine.num_pairs]
-        )
-        if pairs > 0:
-            self.lambda_reg.observe_losses(pg_sum / share_sum, pref_sum / pairs)
-
     def _divergence_hint(self) -> str:
         return (
             f"lower optim.lr (now {self.config.optim.lr:g}) and start a new run (--overwrite or "
             "another train.output_dir); the checkpoints so far are intact"
-        )
-
-    # -----------------------------------------------------------------------------------------
-    # Rows, passes and gathering
-
-    def _minibatches(self, rows: int) -> list[slice]:
-        """This process's rows of each mini-batch: its questions are mini-batch-major."""
-        per = rows // self.config.algorithm.minibatches
-        return [slice(start, start + per) for start in range(0, rows, per)]
-
-    def _micro_batches(self, rows: slice) -> list[slice]:
-        """`rows` in micro-batches of whole groups (at least one group each)."""
-        group_size = self.config.rollout.group_size
-        per = max(group_size, self.config.train.micro_batch_size // group_size * group_size)
-        return [slice(s, min(s + per, rows.stop)) for s in range(rows.start, rows.stop, per)]
-
-    def _logprobs(self, model: torch.nn.Module, rollouts: Rollouts, rows: slice) -> torch.Tensor:
-        """Token log-probs [rows, T] of whole groups of completions under `model` (at the
-        sampling temperature, REFERENCE.md 1); each group's prompt runs once."""
-        group_size = self.config.rollout.group_size
-        prompts = slice(rows.start // group_size, rows.stop // group_size)
-        return completion_logprobs(
-            model,
-            rollouts.prompt_ids[prompts].to(self.device),
-            rollouts.prompt_mask[prompts].to(self.device),
-            rollouts.completion_ids[rows].to(self.device),
-            rollouts.completion_mask[rows].to(self.device),
-            temperature=self.config.rollout.temperature,
-            group_size=group_size,
-        )
-
-    def _reference_logprobs(self, rollouts: Rollouts, rows: slice) -> torch.Tensor | None:
-        """Token log-probs under the reference policy (the adapter disabled), when the KL term
-        or AMIR with a reference needs them; None otherwise."""
-        if not self.needs_reference:
-            return None
-        with torch.no_grad(), reference_policy(self.model):
-            return self._logprobs(self.model, rollouts, rows)
-
-    def _to_batch(self, rows: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
-        """Every process's [b] values placed at their rows of the whole batch: [B]."""
-        parts = self.dist.gather((rows, local.cpu()))
-        rows_all = torch.cat([part[0] for part in parts])
-        out = torch.zeros(rows_all.numel(), dtype=local.dtype)
-        out[rows_all] = torch.cat([part[1] for part in parts])
-        return out
-
-    def _gather(self, batch: ScoredBatch, parts: list[tuple[slice, GroupTargets]]) -> GroupTargets:
-        """The whole batch's targets from the micro-batches' own (this process's rows, in
-        order), gathered over processes (per-micro-batch targets have no AMIR pairs)."""
-        local = [
-            torch.cat([t.advantages for _, t in parts]),
-            torch.cat([t.rewards for _, t in parts]),
-        ]
-        empty = torch.zeros(0, dtype=torch.long)
-        return GroupTargets(
-            self._to_batch(batch.rows, local[0]), self._to_batch(batch.rows, local[1]), empty, empty
         )
 
     # -----------------------------------------------------------------------------------------
@@ -817,36 +403,3 @@ class _SilentLog:
 
     def close(self) -> None:
         """Nothing is open."""
-
-
-def _schedule(
-    optimizer: torch.optim.Optimizer, name: str, warmup_ratio: float, total: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup over ceil(warmup_ratio * total) updates, then cosine/linear/constant."""
-    warmup = math.ceil(warmup_ratio * total)
-
-    def factor(update: int) -> float:
-        if update < warmup:
-            return (update + 1) / (warmup + 1)
-        progress = (update - warmup) / max(1, total - warmup)
-        if name == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-        if name == "linear":
-            return max(0.0, 1.0 - progress)
-        return 1.0
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def _enable_gradient_checkpointing(model: torch.nn.Module, lora: bool) -> None:
-    """Recompute activations in the backward pass, in train mode with dropout at 0."""
-    # transformers >= 5.24 names it activation_checkpointing_enable (the old name warns)
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    (enable or model.gradient_checkpointing_enable)()
-    if lora:
-        model.enable_input_require_grads()
-    # transformers checkpoints layers only in training mode: train mode, dropout at 0.
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    model.train()

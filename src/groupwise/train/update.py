@@ -7,12 +7,14 @@ micro-batches and processes are the gradient of the whole update (REFERENCE.md 1
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from groupwise.errors import check_finite
+from groupwise.train.config import OptimConfig
 from groupwise.train.distributed import Distributed
 from groupwise.train.probes import GradientProbe
 
@@ -74,3 +76,39 @@ class Updater:
         keys = sorted(sums)  # the same keys in the same order on every process
         totals = dict(zip(keys, self.dist.sum([sums[k] for k in keys]), strict=True))
         return {**totals, "grad_norm": grad_norm, "learning_rate": learning_rate, **diagnostics}
+
+
+def adamw_updater(
+    params: list[torch.Tensor],
+    optim: OptimConfig,
+    updates: int,
+    dist: Distributed,
+    step: Callable[[], int],
+    hint: Callable[[], str],
+) -> Updater:
+    """AdamW over `params` with the `optim:` section's settings and learning-rate schedule over
+    `updates` optimizer updates (the run's steps x mini-batches x epochs)."""
+    optimizer = torch.optim.AdamW(
+        params, lr=optim.lr, betas=(optim.beta1, optim.beta2), weight_decay=optim.weight_decay
+    )
+    scheduler = _schedule(optimizer, optim.schedule, optim.warmup_ratio, updates)
+    return Updater(params, optimizer, scheduler, dist, optim.max_grad_norm, step=step, hint=hint)
+
+
+def _schedule(
+    optimizer: torch.optim.Optimizer, name: str, warmup_ratio: float, total: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup over ceil(warmup_ratio * total) updates, then cosine/linear/constant."""
+    warmup = math.ceil(warmup_ratio * total)
+
+    def factor(update: int) -> float:
+        if update < warmup:
+            return (update + 1) / (warmup + 1)
+        progress = (update - warmup) / max(1, total - warmup)
+        if name == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if name == "linear":
+            return max(0.0, 1.0 - progress)
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

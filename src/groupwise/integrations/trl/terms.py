@@ -35,15 +35,15 @@ class Correctness:
 def resolve_correctness(
     names: list[str], weights: Tensor, reward: str | None, value: float, required: bool
 ) -> Correctness | None:
-    """The correctness reward function: `reward` by name; else, when `required` (LENS), the
-    only reward function; else None.
+    """The correctness reward function: `reward` by name; else, when `required` (LENS) and
+    there is only one reward function, that one; else None (AlgorithmOptions.build refuses an
+    estimator that needs correctness without it).
 
     Args:
         names: TRL's reward_func_names. weights: [F] TRL's reward_weights.
         reward: the configured name (GroupwiseGRPOConfig.correctness_reward) or None.
         value: its value on a correct completion (GroupwiseGRPOConfig.correctness_value).
-        required: whether the estimator needs correctness (LENS); then an unresolvable
-            choice is an error.
+        required: whether the estimator needs correctness (LENS).
     """
     if reward is not None:
         if reward not in names:
@@ -53,11 +53,6 @@ def resolve_correctness(
         index = names.index(reward)
     elif required and len(names) == 1:
         index = 0
-    elif required:
-        raise ValueError(
-            f"the advantage estimator needs to know which reward function says 'correct': "
-            f"set correctness_reward to one of {names}"
-        )
     else:
         return None
     return Correctness(index, names[index], float(value), float(weights[index]))

@@ -7,8 +7,8 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
 - `_calculate_rewards`: keeps the [B, F] rewards TRL gathers from every process (TRL sums them
   and forgets the columns; LENS needs the correctness column, AMIR the totals).
 - `_generate_and_score_completions`: after TRL's, tags each row with its row of the gathered
-  generation batch ("groupwise_rows") and computes over the whole gathered batch, with
-  groupwise.algorithms.group_targets (on terms.group_rewards), the LENS advantages (in place
+  generation batch ("groupwise_rows") and computes over the whole gathered batch, with the
+  Algorithm that AlgorithmOptions.build made (on terms.group_rewards), the LENS advantages (in place
   of TRL's) and AMIR's per-completion coefficients c_k = dL_pref/dl_k at the rollout policy
   ("groupwise_coefficients"), each process keeping its rows. TRL then shuffles and splits
   these per-row keys in step with the rows, so a group may straddle micro-batches and
@@ -69,14 +69,11 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import get_config_model_id, use_adapter
 
 from groupwise.algorithms import (
-    AlgorithmOptions,
     GroupTargets,
-    PairlessWarning,
+    RewardFacts,
     get_advantage_estimator,
-    group_targets,
     preference_surrogate,
     sequence_mean_logp,
-    unreachable_margin,
 )
 from groupwise.integrations.trl.compat import (
     FORWARD_KEYS,
@@ -84,7 +81,7 @@ from groupwise.integrations.trl.compat import (
     check_trl_compatibility,
     require_batch_keys,
 )
-from groupwise.integrations.trl.config import GroupwiseGRPOConfig
+from groupwise.integrations.trl.config import TRL_NAMES, GroupwiseGRPOConfig
 from groupwise.integrations.trl.terms import (
     correct_rows,
     group_fractions,
@@ -165,17 +162,15 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         self._pending_pref_loss: float | None = None
 
     def _algorithm(self, args: GroupwiseGRPOConfig) -> None:
-        """What the options make (the estimator, pair settings, AdaptiveLambda), after the
-        checks that need the built trainer: the correctness reward, the margin, the reference."""
+        """What the options build (AlgorithmOptions.build: the checks of the correctness
+        signal, the margin and the reference policy run there), once the reward functions and
+        the model are known."""
         options = args.algorithm_options()
-        self.estimator = get_advantage_estimator(options.advantage)
         # "grpo" keeps TRL's own advantages (and its scale_rewards); AMIR still runs on them
         self._own_advantages = options.advantage != "grpo"
         self.uses_groupwise = options.amir or self._own_advantages
-        self.advantage_settings = options.advantage_settings(
-            scale=args.scale_rewards, std="unbiased", eps=1e-4
-        )  # TRL's nanstd and constant
-        self._needs_correct = self._own_advantages and self.estimator.needs_rollout_logp
+        needs_correctness = get_advantage_estimator(options.advantage).needs_correctness
+        self._needs_correct = self._own_advantages and needs_correctness
         self.correctness = resolve_correctness(
             self.reward_func_names,
             self.reward_weights,
@@ -183,20 +178,44 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             args.correctness_value,
             required=self._needs_correct,
         )
+        has_reference = self.beta != 0.0 or is_peft_model(self.model)
+        self.algorithm = options.build(
+            self._reward_facts(),
+            self.num_generations,
+            name=TRL_NAMES.get,
+            no_reference=None
+            if has_reference
+            else "a PEFT model (its adapter disabled is the reference) or beta > 0 (TRL then "
+            "loads a reference model)",
+            scale=args.scale_rewards,  # with TRL's unbiased std and eps 1e-4 (nanstd)
+        )
         if self._needs_correct:
             self._check_correctness_function()
-        self.pair_settings = options.pair_settings()
-        self.lambda_reg = options.adaptive_lambda()
-        self.pairless = PairlessWarning(args.amir_margin, "amir_margin") if args.amir else None
-        if args.amir:
-            self._check_margin(options)
-        reference = self.beta != 0.0 or is_peft_model(self.model)
-        if args.amir and not args.amir_ref_free and not reference:
-            raise ValueError(
-                "amir_ref_free=False needs a reference policy: a PEFT model (its adapter "
-                "disabled is the reference) or beta > 0 (TRL then loads a reference model)"
-            )
-        self._needs_rollout_logp = self.uses_groupwise and options.needs_rollout_logp()
+        self.lambda_reg = self.algorithm.lambda_reg
+        self._needs_rollout_logp = self.uses_groupwise and self.algorithm.needs_rollout_logp
+
+    def _reward_facts(self) -> RewardFacts:
+        """The reward functions' ranges, where known (groupwise's reward_functions declare
+        theirs; the correctness reward returns 0 or correctness_value), their weights and the
+        correctness reward's contribution, for AlgorithmOptions.build (REFERENCE.md 2-3)."""
+        ranges = []
+        for index, func in enumerate(self.reward_funcs):
+            bounds = getattr(func, "bounds", None)
+            if bounds is None and self.correctness is not None and index == self.correctness.index:
+                bounds = (min(0.0, self.correctness.value), max(0.0, self.correctness.value))
+            ranges.append(bounds)
+        correct_reward = (
+            self.correctness.weight * self.correctness.value
+            if self.correctness is not None
+            else None
+        )
+        return RewardFacts(
+            ranges,
+            self.reward_weights.tolist(),
+            correct_reward,
+            correctness_hint="say which reward function it is: set correctness_reward to one of "
+            f"{self.reward_func_names}",
+        )
 
     def _check_correctness_function(self) -> None:
         """LENS needs a reward that returns 0 or correctness_value: refuse, when the trainer is
@@ -216,33 +235,6 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
                 f" {what}, but correctness_value={self.correctness.value:g} (set "
                 "correctness_reward / correctness_value to a 0-or-value reward function)"
             )
-
-    def _check_margin(self, options: AlgorithmOptions) -> None:
-        """Refuse an AMIR margin the reward functions make unreachable (REFERENCE.md 2), when
-        their ranges are known: groupwise's reward_functions declare theirs, the correctness
-        reward named by correctness_reward returns 0 or correctness_value."""
-        ranges = []
-        for index, func in enumerate(self.reward_funcs):
-            bounds = getattr(func, "bounds", None)
-            if bounds is None and self.correctness is not None and index == self.correctness.index:
-                bounds = (min(0.0, self.correctness.value), max(0.0, self.correctness.value))
-            ranges.append(bounds)
-        correct_reward = (
-            self.correctness.weight * self.correctness.value
-            if self.correctness is not None
-            else 0.0
-        )
-        problem = unreachable_margin(
-            options.margin,
-            self.estimator,
-            ranges,
-            self.reward_weights.tolist(),
-            correct_reward,
-            self.num_generations,
-            option="amir_margin",
-        )
-        if problem is not None:
-            raise ValueError(problem)
 
     # -----------------------------------------------------------------------------------------
     # Generation batch: rewards, rollout log-probs, advantages, coefficients
@@ -313,11 +305,8 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
                 mean_logp_old=mean_logp_old,
                 lengths=lengths,
             )
-            targets = group_targets(
+            targets = self.algorithm.targets(
                 rewards,
-                self.estimator,
-                self.advantage_settings,
-                self.pair_settings,
                 ref_mean_logp=pending.ref_mean_logp,
                 scorable=scorable_rows(pending.rewards),
             )
@@ -328,7 +317,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             for _ in range(targets.advantages.numel()):
                 logged.pop()
             logged.extend(targets.advantages.tolist())
-        if self.pair_settings is not None:
+        if self.algorithm.pair_settings is not None:
             self._record_pairs(batch, targets)
         self._log_group_types(pending.rewards)
 
@@ -344,7 +333,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         )
         # the official rule updates lambda only where there are pairs (REFERENCE.md 2)
         self._pending_pref_loss = float(targets.pair_losses.mean()) if pairs else None
-        self.pairless.observe(targets, self.num_generations)
+        self.algorithm.pairless.observe(targets, self.num_generations)
 
     def _log_group_types(self, rewards: Tensor) -> None:
         """groups/* from the correctness reward, when there is one and it is binary (warned

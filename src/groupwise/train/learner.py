@@ -1,0 +1,261 @@
+"""The learning half of a training step: a scored batch -> its optimizer updates.
+
+    rollout-policy log-probs where needed first -> targets (advantages, AMIR pairs:
+    train.step_targets) -> for each epoch, for each mini-batch, one update (train.update) of
+    micro-batches of  share * (policy + gamma * KL) + lambda * the AMIR term
+
+Every algorithm decision is a call into groupwise.algorithms (the Algorithm the run's options
+built: estimator, pairs, AdaptiveLambda; `loss_terms`; `micro_batch_share`). Micro-batches hold
+whole groups and every share is taken of the update's GLOBAL batch (completions, tokens, pairs),
+so summing micro-batches and processes (one all-reduce before clipping) gives the gradient of
+the whole update (REFERENCE.md 1). Several processes: each trains on its own whole questions of
+every mini-batch; targets and pairs are computed over the gathered batch, and the k-th
+micro-batches of all processes feed AdaptiveLambda together, so lambda is the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from groupwise.algorithms import (
+    Algorithm,
+    GroupTargets,
+    LossSettings,
+    LossTerms,
+    group_types,
+    loss_terms,
+    micro_batch_share,
+)
+from groupwise.rollout import Rollouts
+from groupwise.train.batch import Learned, RolloutLogprobs, ScoredBatch, StepState
+from groupwise.train.distributed import Distributed
+from groupwise.train.policy import Passes
+from groupwise.train.probes import AllWrongGradient, GradientProbe, PreferenceGradient
+from groupwise.train.step_metrics import micro_batch_metrics
+from groupwise.train.step_targets import StepTargets
+from groupwise.train.update import MicroBatchLoss, Updater
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """The per-row inputs of one micro-batch's loss terms (`groupwise.algorithms.loss_terms`):
+    logp / old_logp / ref_logp [b, T] per-token log-probs (policy with gradient, rollout policy
+    when off-policy, reference), mask [b, T] bool, advantages [b]."""
+
+    logp: torch.Tensor
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+
+    def terms(self, settings: LossSettings, coefficients: torch.Tensor | None = None) -> LossTerms:
+        return loss_terms(
+            self.logp,
+            self.mask,
+            self.advantages,
+            settings,
+            old_logp=self.old_logp,
+            ref_logp=self.ref_logp,
+            coefficients=coefficients,
+        )
+
+    def rows(self, keep: torch.Tensor) -> LossInputs:
+        """The inputs of the rows where `keep` ([b] bool) is set."""
+        return LossInputs(
+            *(t[keep] for t in (self.logp, self.mask, self.advantages)),
+            *(None if t is None else t[keep] for t in (self.old_logp, self.ref_logp)),
+        )
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """One update's place in the step. rows: this process's rows (whole groups of one
+    mini-batch). on_policy: no optimizer step yet in this step (ratio exactly 1). first_use: the
+    rows' first epoch, when AdaptiveLambda observes the losses (REFERENCE.md 2). totals: the
+    update's rows, completion tokens and AMIR pairs over every process. probes: its gradient
+    probes (train.probes)."""
+
+    rows: slice
+    on_policy: bool
+    first_use: bool
+    totals: tuple[int, int, int]
+    probes: list[GradientProbe]
+
+
+@dataclass(frozen=True)
+class LearnSettings:
+    """What the learner needs of the config: G, the micro-batch size (completions), the
+    mini-batches M and epochs per step, the KL weight gamma, the aggregation, the loss terms'
+    settings, and whether to measure the all-wrong rows' gradient."""
+
+    group_size: int
+    micro_batch_size: int
+    minibatches: int
+    num_iterations: int
+    kl_coef: float
+    aggregation: str
+    loss: LossSettings
+    log_all_wrong_gradient: bool
+
+
+class Learner:
+    """Turns a step's scored batch into its updates (module docstring)."""
+
+    def __init__(
+        self,
+        settings: LearnSettings,
+        algorithm: Algorithm,
+        targets: StepTargets,
+        passes: Passes,
+        updater: Updater,
+        dist: Distributed,
+    ) -> None:
+        self.settings, self.algorithm, self.targets = settings, algorithm, targets
+        self.passes, self.updater, self.dist = passes, updater, dist
+
+    def learn(self, batch: ScoredBatch, step: int) -> Learned:
+        """The batch's targets, then its updates: for each epoch, one optimizer update per
+        mini-batch. step: the run's steps before this one. Returns the whole batch's targets and
+        each update's metrics."""
+        minibatches = self._minibatches(len(batch.rollouts))
+        state = StepState(step, batch, self._rollout_logprobs(batch.rollouts, minibatches))
+        state.targets = self.targets.of_batch(state)
+        if self.algorithm.pairless is not None:
+            self.algorithm.pairless.observe(state.targets, self.settings.group_size)
+        updates = []
+        for epoch in range(self.settings.num_iterations):
+            for m, rows in enumerate(minibatches):
+                plan = self._plan(state, rows, on_policy=epoch == m == 0, first_use=epoch == 0)
+                updates.append(self._update(state, plan))
+        return Learned(self.targets.of_step(state), updates)
+
+    def _rollout_logprobs(self, rollouts: Rollouts, minibatches: list[slice]) -> RolloutLogprobs:
+        """logp_old of the rows the targets need before their first training pass
+        (train.step_targets), from one no-grad pass."""
+        old = RolloutLogprobs(len(rollouts), rollouts.completion_ids.shape[1])
+        with torch.no_grad():
+            for minibatch in self.targets.upfront(minibatches):
+                for rows in self._micro_batches(minibatch):
+                    old.record(rows, self.passes.logprobs(rollouts, rows))
+        return old
+
+    def _plan(self, state: StepState, rows: slice, on_policy: bool, first_use: bool) -> UpdatePlan:
+        """An update's place in the step, with its global row, token and pair counts."""
+        mask = state.batch.rollouts.completion_mask[rows]
+        pairs = self.targets.pairs(state, rows)
+        totals = self.dist.sum([rows.stop - rows.start, int(mask.sum()), pairs])
+        return UpdatePlan(
+            rows, on_policy, first_use, tuple(int(t) for t in totals), self._probes(state.step)
+        )
+
+    def _probes(self, step: int) -> list[GradientProbe]:
+        """This update's gradient probes (train/probes.py): the AMIR term's gradient when lambda
+        is measured by gradients this update; the all-wrong rows' with the LENS diagnostic."""
+        probes: list[GradientProbe] = []
+        lambda_reg, params = self.algorithm.lambda_reg, self.updater.params
+        if lambda_reg is not None and lambda_reg.measures_gradient(step):
+            probes.append(PreferenceGradient(params, lambda_reg))
+        if self.settings.log_all_wrong_gradient:
+            probes.append(AllWrongGradient(params))
+        return probes
+
+    def _update(self, state: StepState, plan: UpdatePlan) -> dict[str, float]:
+        """One optimizer update on this process's rows of one mini-batch (and the other
+        processes' rows of it). Returns its metrics."""
+        losses = (self._micro_batch_loss(state, plan, m) for m in self._micro_batches(plan.rows))
+        metrics = self.updater.update(losses, plan.probes)
+        metrics["pairs"] = plan.totals[2]
+        if self.algorithm.lambda_reg is not None:
+            metrics["lambda"] = self.algorithm.lambda_reg.value
+        return metrics
+
+    def _micro_batch_loss(self, state: StepState, plan: UpdatePlan, micro: slice) -> MicroBatchLoss:
+        """A micro-batch's forward passes, targets and loss terms (groupwise.algorithms):
+        share * L_GRPO + lambda * the AMIR term, the probes given their parts."""
+        s = self.settings
+        rows, tokens, pairs = plan.totals
+        rollouts = state.batch.rollouts
+        mask = rollouts.completion_mask[micro].bool().to(self.passes.device)
+        ref_logp = self.passes.reference(rollouts, micro)
+        logp = self.passes.logprobs(rollouts, micro)
+        if plan.on_policy:
+            state.old.record(micro, logp)
+        mine = self.targets.of_micro(state, micro, ref_logp, pairs)
+        if plan.on_policy:
+            state.first_update.append((micro, mine))
+        inputs = LossInputs(
+            logp,
+            mask,
+            mine.advantages.to(logp.device),
+            old_logp=None if plan.on_policy else state.old.of(micro).to(logp.device),
+            ref_logp=ref_logp,
+        )
+        coefficients = None if mine.coefficients is None else mine.coefficients.to(logp.device)
+        terms = inputs.terms(s.loss, coefficients)
+        share = micro_batch_share(
+            s.aggregation, micro.stop - micro.start, int(mask.sum()), rows, tokens
+        )
+        policy_and_kl = terms.grpo(s.kl_coef)
+        if self.algorithm.lambda_reg is not None and plan.first_use:
+            self._observe_losses(float(policy_and_kl.detach()) * share, share, mine)
+        loss = share * policy_and_kl + self._preference_part(terms, plan.probes)
+        self._probe_all_wrong(state.batch, micro, inputs, plan)
+        metrics = micro_batch_metrics(terms, mine, share, int(mask.sum()) / tokens)
+        return MicroBatchLoss(loss, metrics)
+
+    def _preference_part(self, terms: LossTerms, probes: list[GradientProbe]) -> Any:
+        """lambda * the AMIR term, to add to the micro-batch's loss; or, when lambda is measured
+        by gradients this update, 0, with the term's gradient kept apart by its probe."""
+        if terms.preference is None:
+            return 0.0
+        for probe in probes:
+            if isinstance(probe, PreferenceGradient):
+                probe.add(terms.preference)
+                return 0.0
+        return self.algorithm.lambda_reg.value * terms.preference
+
+    def _probe_all_wrong(
+        self, batch: ScoredBatch, micro: slice, inputs: LossInputs, plan: UpdatePlan
+    ) -> None:
+        """train.log_all_wrong_gradient: the gradient of the all-wrong rows' part of the
+        micro-batch's share * L_GRPO, kept by its probe. A micro-batch's aggregated loss splits
+        exactly into row subsets, each weighted by its own share of the update
+        (micro_batch_share), so this is their exact contribution (REFERENCE.md 1 and 3)."""
+        probe = next((p for p in plan.probes if isinstance(p, AllWrongGradient)), None)
+        if probe is None:
+            return
+        s = self.settings
+        all_wrong = group_types(batch.scores.correct, s.group_size)["all_wrong"]
+        wrong = all_wrong.repeat_interleave(s.group_size)[batch.rows[micro]].to(self.passes.device)
+        if not bool((inputs.advantages[wrong] != 0).any()) and s.kl_coef == 0:
+            return  # no such rows, or all their advantages are 0: a zero gradient, no backward
+        part = inputs.rows(wrong)
+        rows, tokens, _ = plan.totals
+        share = micro_batch_share(
+            s.aggregation, int(wrong.sum()), int(part.mask.sum()), rows, tokens
+        )
+        probe.add(share * part.terms(s.loss).grpo(s.kl_coef))
+
+    def _observe_losses(self, weighted_pg: float, share: float, mine: GroupTargets) -> None:
+        """One loss computation for AdaptiveLambda: the k-th micro-batches of every process,
+        L_GRPO pooled by their shares and L_pref by their pairs, so that every process applies
+        the same update (none where no process has a pair)."""
+        pg_sum, share_sum, pref_sum, pairs = self.dist.sum(
+            [weighted_pg, share, float(mine.pair_losses.sum()), mine.num_pairs]
+        )
+        if pairs > 0:
+            self.algorithm.lambda_reg.observe_losses(pg_sum / share_sum, pref_sum / pairs)
+
+    def _minibatches(self, rows: int) -> list[slice]:
+        """This process's rows of each mini-batch: its questions are mini-batch-major."""
+        per = rows // self.settings.minibatches
+        return [slice(start, start + per) for start in range(0, rows, per)]
+
+    def _micro_batches(self, rows: slice) -> list[slice]:
+        """`rows` in micro-batches of whole groups (at least one group each)."""
+        group_size = self.settings.group_size
+        per = max(group_size, self.settings.micro_batch_size // group_size * group_size)
+        return [slice(s, min(s + per, rows.stop)) for s in range(rows.start, rows.stop, per)]

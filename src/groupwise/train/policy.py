@@ -1,0 +1,99 @@
+"""The policy being trained: loading it (LoRA, gradient checkpointing) and its forward passes
+over a step's rows.
+
+`load_trainable_policy` builds the model from the config's `model:` section. `Passes` gives the
+per-token log-probs of whole groups of completions under the policy (with gradient, for the
+loss) and under the reference policy (the adapter disabled, no gradient), at the sampling
+temperature (REFERENCE.md 1); each group's prompt runs through the model once
+(groupwise.scoring).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from groupwise.models import LoraSettings, attach_lora, load_model, reference_policy
+from groupwise.rollout import Rollouts
+from groupwise.scoring import completion_logprobs
+from groupwise.train.config import ModelConfig
+
+
+def load_trainable_policy(
+    settings: ModelConfig, device: str
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """The policy to train (LoRA attached when configured) in eval mode, and its tokenizer."""
+    model, tokenizer = load_model(
+        settings.name, dtype=settings.dtype, device=device, seed=settings.seed
+    )
+    if settings.lora:
+        model = attach_lora(
+            model,
+            LoraSettings(
+                r=settings.lora_r,
+                alpha=settings.lora_alpha,
+                dropout=settings.lora_dropout,
+                target_modules=settings.lora_target_modules,
+            ),
+        )
+    # Dropout off (as TRL's disable_dropout): the log-probs of the loss must be those of the
+    # policy that sampled, and logp_old is recorded from a training forward pass.
+    model.eval()
+    if settings.gradient_checkpointing:
+        _enable_gradient_checkpointing(model, settings.lora)
+    return model, tokenizer
+
+
+class Passes:
+    """Forward passes of the policy over rows of a step's rollouts (whole groups).
+
+    model: the policy; device: where it runs; group_size: G; temperature: the sampling
+    temperature the log-probs are taken at; reference: whether `reference` passes run (a KL
+    term or AMIR with a reference, REFERENCE.md 1-2)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        group_size: int,
+        temperature: float,
+        reference: bool,
+    ) -> None:
+        self.model, self.device = model, device
+        self.group_size, self.temperature, self.needs_reference = group_size, temperature, reference
+
+    def logprobs(self, rollouts: Rollouts, rows: slice) -> torch.Tensor:
+        """Token log-probs [rows, T] of whole groups of completions under the policy (with
+        gradient unless the caller disabled it); each group's prompt runs once."""
+        prompts = slice(rows.start // self.group_size, rows.stop // self.group_size)
+        return completion_logprobs(
+            self.model,
+            rollouts.prompt_ids[prompts].to(self.device),
+            rollouts.prompt_mask[prompts].to(self.device),
+            rollouts.completion_ids[rows].to(self.device),
+            rollouts.completion_mask[rows].to(self.device),
+            temperature=self.temperature,
+            group_size=self.group_size,
+        )
+
+    def reference(self, rollouts: Rollouts, rows: slice) -> torch.Tensor | None:
+        """Token log-probs [rows, T] under the reference policy (the adapter disabled), when a
+        reference is needed; None otherwise."""
+        if not self.needs_reference:
+            return None
+        with torch.no_grad(), reference_policy(self.model):
+            return self.logprobs(rollouts, rows)
+
+
+def _enable_gradient_checkpointing(model: torch.nn.Module, lora: bool) -> None:
+    """Recompute activations in the backward pass, in train mode with dropout at 0."""
+    # transformers >= 5.24 names it activation_checkpointing_enable (the old name warns)
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    (enable or model.gradient_checkpointing_enable)()
+    if lora:
+        model.enable_input_require_grads()
+    # transformers checkpoints layers only in training mode: train mode, dropout at 0.
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    model.train()
