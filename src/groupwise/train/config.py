@@ -108,11 +108,12 @@ class DataConfig:
         """Folder laid out like ../shared/data; default env GROUPWISE_DATA, else the hub.""",
     )
     options: dict[str, Any] = option(
-        """Extra loader options, e.g. {level: mid, size: 2000} for the synthetic `arith` task.""",
+        doc="""Extra loader options, e.g. {level: mid, size: 2000} for the synthetic `arith`
+        task.""",
         factory=dict,
     )
     mix: list[dict[str, Any]] = option(
-        """Several benchmarks as one training set, in place of benchmark/split/options: parts
+        doc="""Several benchmarks as one training set, in place of benchmark/split/options: parts
         {benchmark, split, options, size (problems) or fraction, seed (of the draw)}
         (groupwise.data.MixPart). LENS: [{benchmark: math, split: train}, {benchmark:
         dapo_math_17k, split: train, size: 17500}].""",
@@ -133,7 +134,7 @@ class DataConfig:
         """Visit problems in a seeded random order, reshuffled every epoch.""",
     )
     heldout: dict[str, Any] = option(
-        """Held-out problems for train.eval_every, as one part of data.mix: {benchmark, split,
+        doc="""Held-out problems for train.eval_every, as one part of data.mix: {benchmark, split,
         options, size or fraction, seed}, e.g. {benchmark: arith, split: test, options:
         {level: mid, size: 200}}; another split than training's (groupwise.train.heldout).""",
         factory=dict,
@@ -201,7 +202,7 @@ class RewardConfig:
     """The reward: a weighted sum of named components (REFERENCE.md 2 and 3)."""
 
     weights: dict[str, float] = option(
-        """Component name -> weight; the AMIR-GRPO official code sums these five with weight 1;
+        doc="""Component name -> weight; the AMIR-GRPO official code sums these five with weight 1;
         LENS uses {binary: 1.0}.""",
         factory=lambda: {
             "correctness": 1.0,
@@ -212,7 +213,7 @@ class RewardConfig:
         },
     )
     plugins: list[str] = option(
-        """Modules to import before the suite is built; they add components with
+        doc="""Modules to import before the suite is built; they add components with
         groupwise.rewards.register_component (e.g. ["my_project.rewards"]).""",
         factory=list,
     )
