@@ -1,7 +1,7 @@
 """Training configuration: the sections of `groupwise train`'s config and their checks.
 
 Every option is declared here with its default and where it comes from (paper, official code,
-or ours; see REFERENCE.md); the algorithm options every engine shares come from
+or ours; see docs/algorithms.md); the algorithm options every engine shares come from
 groupwise.algorithms.AlgorithmOptions. Reading YAML, overrides and type checks are
 groupwise.config; the range and cross-field checks are `Config.validate`. Unknown keys and bad
 values are errors that name the valid choices.
@@ -115,7 +115,7 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
-    """The reward: a weighted sum of named components (REFERENCE.md 2 and 3)."""
+    """The reward: a weighted sum of named components (docs/algorithms.md §2 and §3)."""
 
     weights: dict[str, float] = field(
         default_factory=lambda: {
@@ -132,12 +132,12 @@ class RewardConfig:
     """Modules to import before the suite is built; they add components with
     groupwise.rewards.register_component (e.g. ["my_project.rewards"])."""
     correctness_component: str = "correctness"
-    """The component that LENS calibrates when combined with AMIR-GRPO (REFERENCE.md 3)."""
+    """The component that LENS calibrates when combined with AMIR-GRPO (docs/algorithms.md §3)."""
     checking: str = "groupwise"
     """How answers are checked (groupwise.rewards checking modes): groupwise (ours: answer
     block, boxes, `#### N`, then Math-Verify's extraction), amir_official (the AMIR-GRPO official
     correctness: last box, else last number, tolerance 1e-3), math_verify (Math-Verify on the
-    whole completion, the LENS paper's verifier). REFERENCE.md 2 and 3."""
+    whole completion, the LENS paper's verifier). docs/algorithms.md §2 and §3."""
     workers: int = 2
     """Processes for answer checking (math-verify under a hard timeout), >= 1."""
     timeout: float = 5.0
@@ -146,26 +146,26 @@ class RewardConfig:
 
 @dataclass
 class AlgorithmConfig(AlgorithmOptions):
-    """Advantages, the clipped surrogate, LENS and AMIR-GRPO (REFERENCE.md 1-3): the options
+    """Advantages, the clipped surrogate, LENS and AMIR-GRPO (docs/algorithms.md §1-3): the options
     every engine shares (groupwise.algorithms.AlgorithmOptions: advantage, lens_*, amir,
     beta_dpo, margin, pair_mode, max_pairs_per_group, ref_free, lambda_*), and those of
     groupwise's own trainer below."""
 
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Std that divides GRPO advantages: group (papers), batch (TRL's option), none
-    (Dr.GRPO). REFERENCE.md 1."""
+    (Dr.GRPO). docs/algorithms.md §1."""
     advantage_std: Literal["unbiased", "population"] = "unbiased"
     """unbiased (n - 1, as TRL and verl) or population (n) std, for GRPO and LENS's mixed
-    groups. REFERENCE.md 1."""
+    groups. docs/algorithms.md §1."""
     advantage_eps: float = 1e-4
-    """Added to the std before dividing (ours, as TRL). REFERENCE.md 1."""
+    """Added to the std before dividing (ours, as TRL). docs/algorithms.md §1."""
     loss_level: Literal["token", "sequence"] = "token"
     """Where the importance ratio is taken: token (GRPO) or sequence (GSPO: one
-    length-normalised ratio per completion). REFERENCE.md 1."""
+    length-normalised ratio per completion). docs/algorithms.md §1."""
     aggregation: Literal["grpo", "dapo", "dr_grpo"] = "grpo"
     """How per-token losses become one number: grpo (token mean per completion, then mean
     over completions: the paper's Eq. 1), dapo (token mean over the batch), dr_grpo (token sum /
-    (completions x max_new_tokens)). REFERENCE.md 1."""
+    (completions x max_new_tokens)). docs/algorithms.md §1."""
     eps_low: float = 0.2
     """Clip range below: rho >= 1 - eps_low, in (0, 1) (both papers 0.2; GSPO 3e-4)."""
     eps_high: float = 0.2
@@ -175,10 +175,10 @@ class AlgorithmConfig(AlgorithmOptions):
     minibatches: int = 1
     """PPO mini-batches M: the rollout batch is split into M parts of whole questions, one
     optimizer step each, with advantages, pairs and logp_old taken once from the rollout
-    policy (verl's ppo_mini_batch_size; LENS: 4). REFERENCE.md 1."""
+    policy (verl's ppo_mini_batch_size; LENS: 4). docs/algorithms.md §1."""
     num_iterations: int = 1
     """Epochs over the rollout batch (TRL's mu): each replays every mini-batch once;
-    1 = each row is used once. REFERENCE.md 1."""
+    1 = each row is used once. docs/algorithms.md §1."""
 
 
 @dataclass
@@ -228,8 +228,8 @@ class TrainConfig:
     progress: bool = True
     """Show a progress bar with the live numbers."""
     log_all_wrong_gradient: bool = False
-    """Diagnostic of LENS's mechanism (REFERENCE.md 3): log group_all_wrong_active (fraction of
-    the step's groups that are all-wrong and carry a non-zero advantage) and, per update,
+    """Diagnostic of LENS's mechanism (docs/algorithms.md §3): log group_all_wrong_active (fraction
+    of the step's groups that are all-wrong and carry a non-zero advantage) and, per update,
     all_wrong_grad_norm (norm of the gradient of the all-wrong rows' part of the loss) and
     all_wrong_grad_share (that norm over the whole update's gradient norm, before clipping).
     Costs one more backward pass per micro-batch holding all-wrong rows with a non-zero
@@ -240,7 +240,7 @@ class TrainConfig:
     (ours; TRL's eval_strategy="steps" with eval_steps=N). groupwise.train.heldout."""
     eval_samples: int = 4
     """Samples per held-out problem, at rollout.temperature, top_p and max_new_tokens; the
-    held-out accuracy is the fraction correct (pass@1, REFERENCE.md 4)."""
+    held-out accuracy is the fraction correct (pass@1, docs/algorithms.md §4)."""
 
 
 @dataclass
@@ -478,7 +478,7 @@ def _check_rewards(c: Config) -> None:
 
 def _check_margin(c: Config) -> None:
     """Refuse an AMIR margin that no two completions' rewards can exceed (issue: an AMIR term
-    silently absent); the components' declared bounds make it knowable (REFERENCE.md 2)."""
+    silently absent); the components' declared bounds make it knowable (docs/algorithms.md §2)."""
     weights = c.reward.weights
     components = [get_component(name) for name in weights]
     component = c.reward.correctness_component

@@ -7,7 +7,7 @@ One step, top to bottom (`Trainer.train_step`):
                  micro-batches of  share * (policy + gamma * KL) + lambda * preference
                  -> backward -> all-reduce -> clip -> AdamW step
 
-Every algorithm decision is a call into groupwise.algorithms (DESIGN.md): `group_targets` (the
+Every algorithm decision is a call into groupwise.algorithms (docs/design.md): `group_targets` (the
 advantage estimator by name, AMIR's pairs on its reward totals, AMIR's per-completion
 coefficients), the loss terms of a micro-batch and the adaptive lambda. This file is plumbing
 around them; the update itself is train/update.py, the diagnostics that keep a part of the
@@ -18,7 +18,7 @@ are taken from its first forward pass under the rollout policy. While no optimiz
 been taken in this step, that is the training forward pass itself (no extra pass: the first
 update is exactly on-policy, ratio 1). Rows whose values are needed before that, or after the
 policy has moved, get them from one no-grad pass right after the rollout: the rows of
-mini-batches 2..M (REFERENCE.md 1, PPO mini-batches), and every row when the estimator needs
+mini-batches 2..M (docs/algorithms.md §1, PPO mini-batches), and every row when the estimator needs
 them over the whole batch before the first update. That is LENS with AMIR-GRPO (the update's
 pair count, which normalises L_pref, depends on LENS's rewards) or with several mini-batches;
 LENS alone with one mini-batch computes each micro-batch's targets from that micro-batch's own
@@ -140,7 +140,7 @@ class LossInputs:
 class UpdatePlan:
     """One update's place in the step. rows: this process's rows (whole groups of one
     mini-batch). on_policy: no optimizer step yet in this step (ratio exactly 1). first_use: the
-    rows' first epoch, when AdaptiveLambda observes the losses (REFERENCE.md 2). totals: the
+    rows' first epoch, when AdaptiveLambda observes the losses (docs/algorithms.md §2). totals: the
     update's rows, completion tokens and AMIR pairs over every process."""
 
     rows: slice
@@ -464,7 +464,7 @@ class Trainer:
         return old
 
     def _batch_targets(self, batch: ScoredBatch, old: RolloutLogprobs) -> GroupTargets | None:
-        """The whole batch's advantages and AMIR pairs (REFERENCE.md 1-3); None when each
+        """The whole batch's advantages and AMIR pairs (docs/algorithms.md §1-3); None when each
         micro-batch computes its own targets from its training pass (module docstring).
         AMIR's coefficients come later, per micro-batch (_micro_targets)."""
         if self._per_micro_batch:
@@ -489,7 +489,8 @@ class Trainer:
 
     def _correctness(self, batch: ScoredBatch) -> tuple[torch.Tensor, float]:
         """The correctness component's weighted column [B] and its weighted value on a correct
-        answer (what LENS calibrates, REFERENCE.md 3); zeros and 1.0 when the reward has none."""
+        answer (what LENS calibrates, docs/algorithms.md §3); zeros and 1.0 when the reward has
+        none."""
         scores, component = batch.scores, self.config.reward.correctness_component
         weight = self.rewards.weights.get(component, 0.0)
         column = scores.columns.get(component, torch.zeros_like(scores.total))
@@ -597,7 +598,7 @@ class Trainer:
         update_pairs: int,
     ) -> GroupTargets:
         """The micro-batch's targets: its rows of the batch's, with AMIR's coefficients from
-        its rows' l_old and the update's pair count (REFERENCE.md 2); or, per micro-batch
+        its rows' l_old and the update's pair count (docs/algorithms.md §2); or, per micro-batch
         (targets None), the estimator on its own groups and l_old."""
         mask = batch.rollouts.completion_mask[micro].bool()
         mean_logp_old = None
@@ -642,7 +643,7 @@ class Trainer:
         """train.log_all_wrong_gradient: the gradient of the all-wrong rows' part of the
         micro-batch's share * L_GRPO, kept by its probe. A micro-batch's aggregated loss splits
         exactly into row subsets, each weighted by its own share of the update
-        (micro_batch_share), so this is their exact contribution (REFERENCE.md 1 and 3)."""
+        (micro_batch_share), so this is their exact contribution (docs/algorithms.md §1 and §3)."""
         probe = next((p for p in probes if isinstance(p, AllWrongGradient)), None)
         if probe is None:
             return
@@ -690,7 +691,7 @@ class Trainer:
 
     def _logprobs(self, model: torch.nn.Module, rollouts: Rollouts, rows: slice) -> torch.Tensor:
         """Token log-probs [rows, T] of whole groups of completions under `model` (at the
-        sampling temperature, REFERENCE.md 1); each group's prompt runs once."""
+        sampling temperature, docs/algorithms.md §1); each group's prompt runs once."""
         group_size = self.config.rollout.group_size
         prompts = slice(rows.start // group_size, rows.stop // group_size)
         return completion_logprobs(

@@ -12,7 +12,7 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
   of TRL's) and AMIR's per-completion coefficients c_k = dL_pref/dl_k at the rollout policy
   ("groupwise_coefficients"), each process keeping its rows. TRL then shuffles and splits
   these per-row keys in step with the rows, so a group may straddle micro-batches and
-  processes: the coefficients are per completion, which makes any split exact (DESIGN.md).
+  processes: the coefficients are per completion, which makes any split exact (docs/design.md).
 - `_get_per_token_logps_and_entropies`: unchanged, except that while `_compute_loss` runs it
   keeps the policy's per-token log-probs (with gradient; at the sampling temperature, as TRL
   computes them) for the AMIR term, and, when the terms wait for it (below), computes them.
@@ -218,7 +218,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             )
 
     def _check_margin(self, options: AlgorithmOptions) -> None:
-        """Refuse an AMIR margin the reward functions make unreachable (REFERENCE.md 2), when
+        """Refuse an AMIR margin the reward functions make unreachable (docs/algorithms.md §2), when
         their ranges are known: groupwise's reward_functions declare theirs, the correctness
         reward named by correctness_reward returns 0 or correctness_value."""
         ranges = []
@@ -342,7 +342,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         metrics["amir/pair_logp_margin"].append(
             float(targets.logp_margins.mean()) if pairs else 0.0
         )
-        # the official rule updates lambda only where there are pairs (REFERENCE.md 2)
+        # the official rule updates lambda only where there are pairs (docs/algorithms.md §2)
         self._pending_pref_loss = float(targets.pair_losses.mean()) if pairs else None
         self.pairless.observe(targets, self.num_generations)
 
@@ -466,8 +466,8 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         return loss
 
     def _observe_losses(self, loss: Tensor, accumulation: int, pref_loss: float) -> None:
-        """The official lambda rule, once per generation batch (REFERENCE.md 2): L_GRPO is the
-        first micro-batch's loss as TRL's _compute_loss returns it, times the accumulation steps
+        """The official lambda rule, once per generation batch (docs/algorithms.md §2): L_GRPO is
+        the first micro-batch's loss as TRL's _compute_loss returns it, times the accumulation steps
         it divided by, averaged over processes (so lambda stays the same everywhere)."""
         if self.lambda_reg.measure != "loss":
             return
