@@ -9,8 +9,8 @@ differ (`METHODS`). A run is (level, method, seed). During training its policy i
 held-out problems at `curve_points` evenly spaced checkpoints (pass@k and the preference margin
 of `groupwise analyze margin`, from samples saved with their mean log-probs); after training,
 on the level's held-out `arith` test problems with n samples per problem at temperature 1.0
-(unbiased pass@k, REFERENCE.md 4). The base policy's own evaluation is the baseline and step 0.
-Every method uses the same training seeds and the same evaluation problems and sampling seeds,
+(unbiased pass@k, docs/algorithms.md §4). The base policy's own evaluation is the baseline and step
+0. Every method uses the same training seeds and the same evaluation problems and sampling seeds,
 so its difference to GRPO is paired over seeds and over problems (bench/learning_stats.py).
 
 Budgets: every method samples questions_per_step x group_size completions per step for `steps`

@@ -738,7 +738,8 @@ Held-out pass@1 (%) during training, first {settings.curve_problems} problems, n
             "configs/testbed_arith.yaml",
             f"- held-out evaluation: the first {settings.eval_problems} `arith` test problems of "
             f"the level (no question shared with train), n = {settings.eval_n} samples per problem "
-            "at temperature 1.0, unbiased pass@k (REFERENCE.md 4); during training, the first "
+            "at temperature 1.0, unbiased pass@k (docs/algorithms.md §4); during training, the "
+            "first "
             f"{settings.curve_problems} of them with n = {settings.curve_n} at "
             f"{settings.curve_points} evenly spaced checkpoints",
         ]

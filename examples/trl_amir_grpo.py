@@ -74,7 +74,7 @@ class ScriptArguments:
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, GroupwiseGRPOConfig]:
     """The script's options and the trainer's (GroupwiseGRPOConfig), from argv (or sys.argv)."""
     parser = HfArgumentParser((ScriptArguments, GroupwiseGRPOConfig))
-    # The AMIR-GRPO official settings where TRL's defaults differ (REFERENCE.md 2).
+    # The AMIR-GRPO official settings where TRL's defaults differ (docs/algorithms.md §2).
     parser.set_defaults(
         learning_rate=5e-6,
         loss_type="grpo",  # token mean per completion, then mean (the papers' Eq. 1)

@@ -1,4 +1,4 @@
-"""GRPO and LENS advantages (REFERENCE.md sections 1 and 3)."""
+"""GRPO and LENS advantages (docs/algorithms.md §1 and §3)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _pstd(values: list[float]) -> float:
 
 
 def _ustd(values: list[float]) -> float:
-    """The unbiased (n - 1) std, the default of REFERENCE.md 1."""
+    """The unbiased (n - 1) std, the default of docs/algorithms.md §1."""
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
@@ -89,7 +89,7 @@ def test_group_advantages_binary_group_of_four():
 
 
 def test_population_std_scales_advantages_by_sqrt_g_over_g_minus_1():
-    # REFERENCE.md 1: at G = 8 the population std makes every advantage 1.069x larger
+    # docs/algorithms.md §1: at G = 8 the population std makes every advantage 1.069x larger
     # (sqrt(8/7)), at G = 16 1.033x (sqrt(16/15)); eps = 0 isolates the factor.
     for group_size, factor in ((8, 1.0690), (16, 1.0328)):
         rewards = torch.arange(group_size, dtype=torch.float64) % 3

@@ -34,7 +34,7 @@ def test_every_preset_loads(preset: Path) -> None:
 
 
 def test_paper_settings_of_amir_preset() -> None:
-    """REFERENCE.md 2: paper and official-code defaults, item by item."""
+    """docs/algorithms.md §2: paper and official-code defaults, item by item."""
     c = load_config(CONFIGS / "amir_grpo_gsm8k.yaml")
     assert (c.rollout.group_size, c.rollout.questions_per_step) == (8, 4)
     assert (c.optim.lr, c.model.lora, c.model.lora_r, c.model.lora_alpha) == (5e-6, True, 16, 16)
@@ -71,7 +71,7 @@ def test_paper_settings_of_amir_preset() -> None:
 
 
 def test_paper_settings_of_lens_preset() -> None:
-    """REFERENCE.md 3: paper values, and verl's defaults where the paper states none."""
+    """docs/algorithms.md §3: paper values, and verl's defaults where the paper states none."""
     c = load_config(CONFIGS / "lens_math.yaml")
     assert (c.rollout.group_size, c.rollout.questions_per_step, c.algorithm.minibatches) == (
         16,

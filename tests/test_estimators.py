@@ -1,4 +1,4 @@
-"""Advantage estimators by name (groupwise.algorithms.estimators; REFERENCE.md 1 and 3)."""
+"""Advantage estimators by name (groupwise.algorithms.estimators; docs/algorithms.md §1 and §3)."""
 
 from __future__ import annotations
 

@@ -291,7 +291,7 @@ def test_results_per_level_and_levels_4_5_hand_computed(tmp_path: Path) -> None:
 
 
 def test_lens_preset_is_the_lens_protocol() -> None:
-    """REFERENCE.md 3: n 16, k 1..16, temperature 1.0, top-p 1.0, 4096 new tokens; curves on
+    """docs/algorithms.md §3: n 16, k 1..16, temperature 1.0, top-p 1.0, 4096 new tokens; curves on
     MATH-500 (and its Levels 4-5, from the per-level results)."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)

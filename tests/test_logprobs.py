@@ -1,4 +1,4 @@
-"""Chunked token log-probs and length-normalised means (REFERENCE.md sections 1-3)."""
+"""Chunked token log-probs and length-normalised means (docs/algorithms.md §1-3)."""
 
 from __future__ import annotations
 

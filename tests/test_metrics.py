@@ -1,4 +1,4 @@
-"""pass@k and its bootstrap table (REFERENCE.md section 4)."""
+"""pass@k and its bootstrap table (docs/algorithms.md §4)."""
 
 from __future__ import annotations
 

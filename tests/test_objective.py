@@ -1,6 +1,6 @@
 """The loss terms of one micro-batch and its share of the batch (groupwise.algorithms.objective).
 
-REFERENCE.md 1 (surrogate, KL, aggregation) and 2 (the AMIR term in per-completion form)."""
+docs/algorithms.md §1 (surrogate, KL, aggregation) and §2 (the AMIR term in per-completion form)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The speed work changes no number that matters: the shared-prompt forward gives the log-probs
 and gradients of repeated prompts, the inference copy decodes the policy's current weights,
 and each prompt's samples ignore the prompts they share a batch with. (The trainer's gradient on
-a fixed batch against REFERENCE.md: tests/test_trainer_gradients.py.)"""
+a fixed batch against docs/algorithms.md: tests/test_trainer_gradients.py.)"""
 
 from __future__ import annotations
 

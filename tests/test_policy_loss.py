@@ -1,4 +1,4 @@
-"""Clipped surrogate, aggregation and k3 KL (REFERENCE.md section 1)."""
+"""Clipped surrogate, aggregation and k3 KL (docs/algorithms.md §1)."""
 
 from __future__ import annotations
 

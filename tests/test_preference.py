@@ -1,4 +1,4 @@
-"""AMIR-GRPO pairs, preference loss and adaptive lambda (REFERENCE.md section 2)."""
+"""AMIR-GRPO pairs, preference loss and adaptive lambda (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 

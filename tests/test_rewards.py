@@ -1,4 +1,4 @@
-"""Reward components and RewardSuite (REFERENCE.md 2 and 3) on hand-written completions."""
+"""Reward components and RewardSuite (docs/algorithms.md §2 and §3) on hand-written completions."""
 
 from __future__ import annotations
 
@@ -260,8 +260,8 @@ def test_rewards_package_imports_without_torch() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The AMIR-GRPO official reward (REFERENCE.md 2; AMIR-GRPO Train/rewards.py), hand-computed on
-# completions in the format its system prompt asks for.
+# The AMIR-GRPO official reward (docs/algorithms.md §2; AMIR-GRPO Train/rewards.py), hand-computed
+# on completions in the format its system prompt asks for.
 
 UNBOXED = FULL.replace("\\boxed{18}", "18")
 NO_CONFIDENCE_UNBOXED = "<think> 9 * 2 = 18 </think> <answer> 18 </answer>"

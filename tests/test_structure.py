@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md, checked statically over src/groupwise: no two modules import
+"""The import rules of docs/design.md, checked statically over src/groupwise: no two modules import
 each other, directly or round a longer loop (imports inside functions and
 importlib.import_module("groupwise....") calls included); nothing imports cli; algorithms
 import nothing else of the project."""

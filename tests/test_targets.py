@@ -1,5 +1,5 @@
 """group_targets (the advantage-time sequence every engine calls), AlgorithmOptions (the shared
-options) and the warnings that keep AMIR from being silently absent (REFERENCE.md 1-3)."""
+options) and the warnings that keep AMIR from being silently absent (docs/algorithms.md §1-3)."""
 
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ def test_all_equal_group_gives_zero_gradient_under_grpo_but_not_lens(tmp_path: P
     record = logged(tmp_path / "lens" / "metrics.jsonl")[0]
     assert record["group_all_wrong"] == 1.0
     assert record["grad_norm"] > 0 and record["advantage_abs_mean"] > 0
-    # Negative groups: |A| <= alpha / G (REFERENCE.md 3).
+    # Negative groups: |A| <= alpha / G (docs/algorithms.md §3).
     samples = logged(tmp_path / "lens" / "rollouts.jsonl")[0]
     assert max(abs(a) for a in samples["advantages"]) <= 0.25 / 4 + 1e-6
 

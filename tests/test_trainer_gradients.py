@@ -1,11 +1,11 @@
-"""The trainer's gradient on a fixed batch equals the gradient of the REFERENCE.md formulas,
+"""The trainer's gradient on a fixed batch equals the gradient of the docs/algorithms.md formulas,
 computed directly, for every algorithm path.
 
 A fixed batch of 2 questions x 2 completions goes through `Trainer.learn` with a stand-in
 optimizer that records each update's gradient (and the weights it was taken at) and then takes
 a plain SGD step, so that later updates (mini-batches 2+, epochs 2+) see a moved policy. Each
 recorded gradient is compared with the gradient of a direct, loop-by-loop implementation of
-REFERENCE.md 1-3 below: every completion scored by its own unpadded forward pass, advantages,
+docs/algorithms.md §1-3 below: every completion scored by its own unpadded forward pass, advantages,
 LENS rewards, pairs, the clipped surrogate, KL, L_pref and the adaptive lambda written out by
 hand. Nothing here calls groupwise.algorithms.
 """
@@ -63,7 +63,7 @@ class SGDRecorder:
 
 
 # ---------------------------------------------------------------------------------------------
-# REFERENCE.md, written out
+# docs/algorithms.md, written out
 
 
 def row_logps(model: torch.nn.Module, temperature: float = 1.0) -> list[torch.Tensor]:
@@ -94,7 +94,7 @@ def grpo_advantages(rewards: list[float]) -> list[float]:
 
 
 def lens_rt(correct: list[bool], pbar: list[float]) -> list[float]:
-    """REFERENCE.md 3: rt_i = r_i - (1 - r_i)(1/G) pbar_i / (D - pbar_i)."""
+    """docs/algorithms.md §3: rt_i = r_i - (1 - r_i)(1/G) pbar_i / (D - pbar_i)."""
     out = []
     for g in range(0, 4, G):
         r, p = correct[g : g + G], pbar[g : g + G]
@@ -174,7 +174,7 @@ def preference(
 
 
 def lambda_rule(value: float, ratio: float) -> float:
-    """REFERENCE.md 2: the band rule with the official constants."""
+    """docs/algorithms.md §2: the band rule with the official constants."""
     if ratio < 0.30:
         return min(0.05, 1.25 * value)
     if ratio > 0.70:
@@ -297,8 +297,9 @@ def amir_grad_lambda_case(ctx: Context, update: int) -> list[torch.Tensor]:
 
 
 def amir_lens_case(ctx: Context, update: int) -> list[torch.Tensor]:
-    # REFERENCE.md 3, "together": rt replaces the binary component inside the sum; LENS's rules
-    # on that total; pairs on that total (margin 0.5 here, so the calibration matters).
+    # docs/algorithms.md §3, "AMIR-GRPO + LENS together": rt replaces the binary component inside
+    # the sum; LENS's rules on that total; pairs on that total (margin 0.5 here, so the calibration
+    # matters).
     binary = [float(c) for c in CORRECT]
     rt = lens_rt(CORRECT, ctx.pbar)
     totals = [h + (b if c else r) for h, b, r, c in zip(REWARDS, binary, rt, CORRECT, strict=True)]

@@ -4,8 +4,8 @@
 - on the fixed batch of trl_support (3 prompts x 4 completions: a mixed, an all-wrong and an
   all-correct group): the advantages and AMIR coefficients each row carries into the loss, after
   TRL's shuffle and split into micro-batches, equal groupwise.algorithms on the same rewards and
-  log-probs; the gradient of an optimizer step equals the gradient of REFERENCE.md 1-3 written
-  out below (TRL's on-policy clipped surrogate + lambda x L_pref), and, for AMIR with TRL's
+  log-probs; the gradient of an optimizer step equals the gradient of docs/algorithms.md §1-3
+  written out below (TRL's on-policy clipped surrogate + lambda x L_pref), and, for AMIR with TRL's
   default "dapo" loss, TRL's own GRPO gradient + lambda x grad L_pref;
 - an all-wrong group: zero gradient under GRPO, not under LENS;
 - two processes (torchrun, gloo) take the same step as one, a group straddling them;
@@ -48,7 +48,7 @@ ALGORITHMS = {
 
 
 # ---------------------------------------------------------------------------------------------
-# REFERENCE.md 1-3, written out for this batch (nothing here calls groupwise.algorithms)
+# docs/algorithms.md §1-3, written out for this batch (nothing here calls groupwise.algorithms)
 
 
 def std(values: list[float]) -> float:
@@ -66,7 +66,8 @@ def groups(values: list) -> list[list]:
 
 
 def lens_totals(pbar: list[float]) -> list[float]:
-    """bonus + calibrated correctness rt (REFERENCE.md 3 and "together"; weights 1)."""
+    """bonus + calibrated correctness rt (docs/algorithms.md §3 and "AMIR-GRPO + LENS together";
+    weights 1)."""
     out = []
     for g, (r, p) in enumerate(zip(groups(fx.CORRECT), groups(pbar), strict=True)):
         d = 2 * max(p)
@@ -240,7 +241,7 @@ def direct_gradient(
     lam: float = 0.0,
     scale: float = 1.0,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(total, preference part) of an optimizer step's gradient, from REFERENCE.md: the mean
+    """(total, preference part) of an optimizer step's gradient, from docs/algorithms.md: the mean
     over the step's rows of -A_i * (token mean of log pi), the on-policy gradient of TRL's
     "grpo" loss, plus lam * scale * grad L_pref with only the step's rows' l differentiated."""
     logps = direct_logps(initial, tokenizer)
@@ -260,8 +261,8 @@ def direct_gradient(
 
 
 def first_micro_batch_lambda(initial, tokenizer, rows: list[int]) -> float:
-    """The official rule once, from lambda_init 0.01 (REFERENCE.md 2): ratio = lambda L_pref /
-    L_GRPO of the first micro-batch, which on-policy is the mean of -A over its rows (LENS)."""
+    """The official rule once, from lambda_init 0.01 (docs/algorithms.md §2): ratio = lambda L_pref
+    / L_GRPO of the first micro-batch, which on-policy is the mean of -A over its rows (LENS)."""
     with torch.no_grad():
         means = [lp.mean() for lp in direct_logps(initial, tokenizer)]
     totals = lens_totals([math.exp(float(m)) for m in means])

@@ -1,6 +1,6 @@
 """Evaluation metrics: unbiased pass@k with bootstrap intervals.
 
-REFERENCE.md section 4 (pass@k, Chen et al. 2021). The conditional perplexity of the analyses is
+docs/algorithms.md §4 (pass@k, Chen et al. 2021). The conditional perplexity of the analyses is
 exp(-mean_logp) of groupwise.scoring.completion_mean_logp (groupwise.analysis.perplexity).
 """
 
@@ -36,7 +36,7 @@ def _pass_at_k_scalar(n: int, c: int, k: int) -> float:
 
 
 def pass_at_k(n: Any, c: Any, k: Any) -> float | np.ndarray:
-    """Unbiased pass@k = 1 - C(n-c, k) / C(n, k) (REFERENCE.md section 4).
+    """Unbiased pass@k = 1 - C(n-c, k) / C(n, k) (docs/algorithms.md §4).
 
     Computed in the stable product form 1 - prod_{i=n-c+1}^{n} (1 - k/i), in float64: a
     relative error of order c * 1e-16, so exact to ~1e-13 for n up to thousands.
@@ -109,7 +109,7 @@ def pass_at_k_table(
     bootstrap: int = 1000,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Mean pass@k over problems with a percentile bootstrap interval (REFERENCE.md section 4).
+    """Mean pass@k over problems with a percentile bootstrap interval (docs/algorithms.md §4).
 
     For each benchmark and each k: the mean over problems of pass_at_k(n, c, k), and the
     (1-confidence)/2 and 1-(1-confidence)/2 quantiles of that mean over `bootstrap`

@@ -17,7 +17,7 @@ Shipped aliases:
 
 `register_model_alias(name, loader)` adds one.
 
-LoRA (REFERENCE.md section 2, paper defaults r = alpha = 16 on all linear layers): full
+LoRA (docs/algorithms.md §2, paper defaults r = alpha = 16 on all linear layers): full
 fine-tuning is training the plain model; `attach_lora` wraps it in a peft model, and
 `reference_policy` turns the adapter off to evaluate the frozen starting policy without a
 second copy of the weights.
@@ -366,7 +366,7 @@ def load_model(
 @dataclass(frozen=True)
 class LoraSettings:
     """LoRA hyper-parameters (AMIR-GRPO paper: r = 16, alpha = 16 on all linear layers;
-    REFERENCE.md section 2).
+    docs/algorithms.md §2).
 
     r: rank of the update; alpha: scale numerator (the update is scaled by alpha / r);
     dropout: dropout on the adapter's input; target_modules: "all-linear" (every linear layer
@@ -410,7 +410,7 @@ def attach_lora(model: PreTrainedModel, settings: LoraSettings | None = None) ->
 @contextmanager
 def reference_policy(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """Context in which `model` computes the reference policy (the frozen starting model,
-    REFERENCE.md section 2): a peft model with its adapters disabled, so no second copy of the
+    docs/algorithms.md §2): a peft model with its adapters disabled, so no second copy of the
     weights is needed. Full fine-tuning has no such switch: keep `frozen_copy(model)` instead."""
     if not isinstance(model, PeftModel):
         raise TypeError(

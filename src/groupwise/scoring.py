@@ -54,7 +54,8 @@ def completion_logprobs(
     max_logits_bytes: int = DEFAULT_MAX_LOGITS_BYTES,
     group_size: int = 1,
 ) -> torch.Tensor:
-    """log pi(o_t | q, o_<t) for every completion token (REFERENCE.md 1; l(q, o) of 2 is its mean).
+    """log pi(o_t | q, o_<t) for every completion token (docs/algorithms.md §1; l(q, o) of 2 is its
+    mean).
 
     Args:
         model: a causal LM (transformers, or a peft model around one).
@@ -143,7 +144,7 @@ def completion_mean_logp(
 ) -> torch.Tensor:
     """Mean log-prob per completion token under `model` at temperature 1, in batches.
 
-    l(q, o) of REFERENCE.md 2 under the raw model distribution; exp(-l) is the conditional
+    l(q, o) of docs/algorithms.md §2 under the raw model distribution; exp(-l) is the conditional
     perplexity of the AMIR-GRPO analyses.
 
     Args:

@@ -1,7 +1,8 @@
-"""Every algorithm decision of GRPO, AMIR-GRPO and LENS, as pure tensor math (REFERENCE.md 1-3).
+"""Every algorithm decision of GRPO, AMIR-GRPO and LENS, as pure tensor math
+(docs/algorithms.md §1-3).
 
 Imports only torch. Batches are group-major: the G completions of question g are rows
-g*G .. g*G+G-1. What an engine calls (DESIGN.md, "One algorithm core, several engines"):
+g*G .. g*G+G-1. What an engine calls (docs/design.md, "One algorithm core, several engines"):
 
 - at advantage time, where whole groups are visible: an advantage estimator by name
   (`get_advantage_estimator`: "grpo", "lens"), AMIR's pairs (`mine_pairs`) and per-completion

@@ -1,4 +1,4 @@
-"""Group-relative advantages: GRPO (REFERENCE.md section 1) and LENS (section 3).
+"""Group-relative advantages: GRPO (docs/algorithms.md §1) and LENS (§3).
 
 Every function here takes a flat batch of B completions laid out group-major: rows
 g*G .. g*G+G-1 are the G completions of question g, so B must be a multiple of G.
@@ -67,7 +67,7 @@ def group_advantages(
     eps: float = 1e-4,
     std: str = "unbiased",
 ) -> Tensor:
-    """GRPO group-normalised advantage, one scalar per completion (REFERENCE.md section 1).
+    """GRPO group-normalised advantage, one scalar per completion (docs/algorithms.md §1).
 
     A_i = (r_i - mean_group r) / (std + eps), shared by every token of completion i.
 
@@ -100,7 +100,7 @@ def group_advantages(
 
 
 def group_types(correct: Tensor, group_size: int) -> dict[str, Tensor]:
-    """Classify each group by its binary correctness (REFERENCE.md section 3).
+    """Classify each group by its binary correctness (docs/algorithms.md §3).
 
     Args:
         correct: [B] bool (or 0/1) correctness, group-major.
@@ -128,7 +128,7 @@ def lens_rewards(
     difficulty: str = "pbar",
     lengths: Tensor | None = None,
 ) -> Tensor:
-    """LENS calibrated rewards rt (REFERENCE.md section 3, paper Eq. 10 and 14).
+    """LENS calibrated rewards rt (docs/algorithms.md §3, paper Eq. 10 and 14).
 
     With r_i in {0, 1} and the confidence pbar_i = exp(mean_logp_i) (detached):
 
@@ -213,10 +213,10 @@ def lens_calibrated_total(
 ) -> Tensor:
     """A weighted reward sum with LENS's calibrated correctness in place of the plain one.
 
-    REFERENCE.md 3, "AMIR-GRPO + LENS together" (ours): for a wrong completion the correctness
-    component's contribution to the total is replaced by correct_reward * rt_i (a penalty in
-    [-correct_reward / G, 0)); a correct completion keeps its total (rt = 1 there). With the
-    binary reward alone (total = correctness = r, correct_reward = 1) this is rt itself.
+    docs/algorithms.md §3, "AMIR-GRPO + LENS together" (ours): for a wrong completion the
+    correctness component's contribution to the total is replaced by correct_reward * rt_i (a
+    penalty in [-correct_reward / G, 0)); a correct completion keeps its total (rt = 1 there). With
+    the binary reward alone (total = correctness = r, correct_reward = 1) this is rt itself.
 
     Args:
         total: [B] weighted reward sums.
@@ -246,7 +246,7 @@ def lens_advantages_from_rewards(
     eps: float = 1e-4,
     std: str = "unbiased",
 ) -> Tensor:
-    """LENS advantage rules applied to arbitrary reward totals (REFERENCE.md section 3).
+    """LENS advantage rules applied to arbitrary reward totals (docs/algorithms.md §3).
 
     The group type comes from the binary `correct`:
     - mixed group: GRPO normalisation (mean, group std + eps) of `calibrated`, or of
@@ -320,7 +320,7 @@ def lens_advantages(
     difficulty: str = "pbar",
     lengths: Tensor | None = None,
 ) -> Tensor:
-    """LENS advantages from binary correctness and rollout confidence (REFERENCE.md section 3).
+    """LENS advantages from binary correctness and rollout confidence (docs/algorithms.md §3).
 
     rt = lens_rewards(correct, mean_logp, G), then the rules of lens_advantages_from_rewards
     with calibrated = rt and plain = r (binary): mixed groups GRPO-normalise rt (or r in

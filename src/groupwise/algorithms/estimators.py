@@ -1,4 +1,5 @@
-"""Advantage estimators by name: what every engine calls at advantage time (REFERENCE.md 1, 3).
+"""Advantage estimators by name: what every engine calls at advantage time (docs/algorithms.md §1
+and §3).
 
 An engine (groupwise's trainer, TRL's GRPOTrainer, ...) gathers the rewards of whole groups,
 looks the configured estimator up by name and calls it; it never branches on the method:
@@ -9,8 +10,8 @@ looks the configured estimator up by name and calls it; it never branches on the
     result = estimator.fn(batch, settings)             # result.advantages, result.rewards
 
 `result.rewards` are the reward totals the advantages were computed from (LENS-calibrated
-under "lens"); AMIR-GRPO mines its preference pairs on them (REFERENCE.md 3, "AMIR-GRPO + LENS
-together"). Register more with `@register_advantage_estimator("name")`, as verl's
+under "lens"); AMIR-GRPO mines its preference pairs on them (docs/algorithms.md §3, "AMIR-GRPO +
+LENS together"). Register more with `@register_advantage_estimator("name")`, as verl's
 `register_adv_est`.
 """
 
@@ -35,7 +36,7 @@ class AdvantageSettings:
 
     scale: GRPO's std, "group" | "batch" | "none" (Dr.GRPO). std: "unbiased" | "population".
     eps: added to the std. lens_alpha, lens_mode ("full" | "mixed_only" | "negative_only"),
-    lens_difficulty ("pbar" | "sequence"): LENS, REFERENCE.md 3.
+    lens_difficulty ("pbar" | "sequence"): LENS, docs/algorithms.md §3.
     """
 
     scale: str = "group"
@@ -136,7 +137,7 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
 
 @register_advantage_estimator("grpo", reward_gap=lambda gap, correct_reward, g: gap)
 def grpo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
-    """GRPO: group-normalised reward totals (REFERENCE.md 1)."""
+    """GRPO: group-normalised reward totals (docs/algorithms.md §1)."""
     advantages = group_advantages(
         batch.rewards, batch.group_size, scale=settings.scale, eps=settings.eps, std=settings.std
     )
@@ -152,9 +153,9 @@ def grpo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantag
     reward_gap=lambda gap, correct_reward, g: gap + abs(correct_reward) / g,
 )
 def lens_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
-    """LENS (REFERENCE.md 3): calibrated correctness rt from the rollout policy's confidences,
-    put in place of the correctness component inside the reward total, then LENS's rules per
-    group type (mixed: group-normalised; negative: alpha x de-meaned; all-correct: 0)."""
+    """LENS (docs/algorithms.md §3): calibrated correctness rt from the rollout policy's
+    confidences, put in place of the correctness component inside the reward total, then LENS's
+    rules per group type (mixed: group-normalised; negative: alpha x de-meaned; all-correct: 0)."""
     if batch.mean_logp_old is None:
         raise ValueError("the lens estimator needs mean_logp_old (the rollout policy's l(q, o))")
     calibrated = lens_rewards(

@@ -1,7 +1,7 @@
 """Per-token log-probabilities from logits, and their length-normalised mean.
 
-REFERENCE.md section 1 (logp_theta of the importance ratio) and section 2 (the
-length-normalised log-likelihood l(q, o) of AMIR-GRPO; LENS's pbar = exp of it, section 3).
+docs/algorithms.md §1 (logp_theta of the importance ratio) and §2 (the
+length-normalised log-likelihood l(q, o) of AMIR-GRPO; LENS's pbar = exp of it, §3).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _masked_row_mean(values: Tensor, mask: Tensor) -> Tensor:
 def sequence_mean_logp(token_logp: Tensor, mask: Tensor) -> Tensor:
     """Length-normalised log-likelihood l(q, o) = (1/|o|) sum_t log pi(o_t | q, o_<t).
 
-    REFERENCE.md section 2 (AMIR-GRPO's l) and section 3 (LENS: pbar = exp(l)).
+    docs/algorithms.md §2 (AMIR-GRPO's l) and §3 (LENS: pbar = exp(l)).
 
     Args:
         token_logp: [B, T] per-token log-probabilities (nats), e.g. from token_logprobs.

@@ -1,7 +1,7 @@
 """The loss terms of one micro-batch: clipped surrogate, KL and the AMIR preference term.
 
-REFERENCE.md 1 (surrogate, KL, aggregation) and 2 (the preference term, in the per-completion
-form of preference_coefficients). An engine weights and sums them:
+docs/algorithms.md §1 (surrogate, KL, aggregation) and §2 (the preference term, in the
+per-completion form of preference_coefficients). An engine weights and sums them:
 
     loss = share * (terms.policy + kl_coef * terms.kl) + lambda_reg * terms.preference
 
@@ -52,7 +52,7 @@ class LossTerms:
     clip: dict[str, Tensor]
 
     def grpo(self, kl_coef: float) -> Tensor:
-        """L_GRPO of REFERENCE.md 2: the surrogate plus gamma times the KL."""
+        """L_GRPO of docs/algorithms.md §2: the surrogate plus gamma times the KL."""
         return self.policy if self.kl is None else self.policy + kl_coef * self.kl
 
 

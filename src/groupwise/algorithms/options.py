@@ -1,4 +1,4 @@
-"""The options every engine shares, and what an engine builds from them (REFERENCE.md 1-3).
+"""The options every engine shares, and what an engine builds from them (docs/algorithms.md §1-3).
 
 `AlgorithmOptions` declares each option once, with its default, its valid range and its
 documentation (`option`: field metadata "doc", "valid", "check"); `option` is also how every
@@ -125,18 +125,19 @@ class Algorithm:
 
 @dataclass
 class AlgorithmOptions:
-    """Advantage estimator, LENS (REFERENCE.md 3) and AMIR-GRPO (REFERENCE.md 2) options."""
+    """Advantage estimator, LENS (docs/algorithms.md §3) and AMIR-GRPO (docs/algorithms.md §2)
+    options."""
 
     advantage: str = option(
         "grpo",
         """Advantage estimator, by name in groupwise.algorithms.ADVANTAGE_ESTIMATORS: grpo
-        (group-normalised reward totals, REFERENCE.md 1) | lens (calibrated negative rewards,
-        REFERENCE.md 3) | one registered with register_advantage_estimator.""",
+        (group-normalised reward totals, docs/algorithms.md §1) | lens (calibrated negative rewards,
+        docs/algorithms.md §3) | one registered with register_advantage_estimator.""",
     )
     lens_alpha: float = option(
         0.25,
         "LENS: weight alpha of the advantages of groups with no correct answer (paper "
-        "0.25). REFERENCE.md 3.",
+        "0.25). docs/algorithms.md §3.",
         ">= 0",
         lambda v: v >= 0,
     )
@@ -144,23 +145,23 @@ class AlgorithmOptions:
         "full",
         """LENS ablations of the paper's App. D.2: full | mixed_only (groups with no
         correct answer get 0) | negative_only (mixed groups use plain binary GRPO).
-        REFERENCE.md 3.""",
+        docs/algorithms.md §3.""",
     )
     lens_difficulty: Literal["pbar", "sequence"] = option(
         "pbar",
         """LENS's D_imp from the length-normalised confidence pbar (ours: the paper's
         paragraph before Eq. 14) or the raw sequence probability (Eq. 14 as typeset).
-        REFERENCE.md 3.""",
+        docs/algorithms.md §3.""",
     )
     amir: bool = option(
         False,
         "AMIR-GRPO: add the implicit-preference term lambda_reg * L_pref to the loss. "
-        "REFERENCE.md 2.",
+        "docs/algorithms.md §2.",
     )
     beta_dpo: float = option(
         0.5,
         """beta_DPO, temperature of the pair logit z (official code's CLI 0.5; its
-        README's Gemma run 0.2). REFERENCE.md 2.""",
+        README's Gemma run 0.2). docs/algorithms.md §2.""",
         "> 0",
         lambda v: v > 0,
     )
@@ -171,63 +172,74 @@ class AlgorithmOptions:
         integer 0.2 + tags 0.2 + calibration 1.0); with a 0/1 correctness reward use a margin
         below 1 (0.5 pairs every correct with every wrong answer). A margin no two completions
         can exceed is refused when the reward's range is known, else warned about once.
-        REFERENCE.md 2.""",
+        docs/algorithms.md §2.""",
         ">= 0",
         lambda v: v >= 0,
     )
     pair_mode: Literal["all", "topk"] = option(
         "all",
         """all: every ordered pair above the margin (official default); topk: only
-        pairs whose preferred side is the group's top completion. REFERENCE.md 2.""",
+        pairs whose preferred side is the group's top completion. docs/algorithms.md §2.""",
     )
     max_pairs_per_group: int | None = option(
         None,
         """Keep at most this many pairs per group, the largest reward gaps first; null =
-        no cap (official code's option). REFERENCE.md 2.""",
+        no cap (official code's option). docs/algorithms.md §2.""",
         ">= 1 (or null: all)",
         lambda v: v is None or v >= 1,
     )
     ref_free: bool = option(
         True,
         """l_ref = 0 (official code's effective default); false = the frozen starting
-        model as reference (with LoRA: the adapter disabled). REFERENCE.md 2.""",
+        model as reference (with LoRA: the adapter disabled). docs/algorithms.md §2.""",
     )
     lambda_init: float = option(
         0.01,
-        "Initial lambda_reg (official code 0.01), within [lambda_min, lambda_max]. REFERENCE.md 2.",
+        "Initial lambda_reg (official code 0.01), within [lambda_min, lambda_max]. "
+        "docs/algorithms.md §2.",
         "> 0",
         lambda v: v > 0,
     )
     lambda_low: float = option(
         0.30,
-        "Below this measured ratio lambda grows (official 0.30). REFERENCE.md 2.",
+        "Below this measured ratio lambda grows (official 0.30). docs/algorithms.md §2.",
         ">= 0",
         lambda v: v >= 0,
     )
     lambda_high: float = option(
         0.70,
-        "Above this measured ratio lambda shrinks (official 0.70), > lambda_low. REFERENCE.md 2.",
+        "Above this measured ratio lambda shrinks (official 0.70), > lambda_low. "
+        "docs/algorithms.md §2.",
         ">= 0",
         lambda v: v >= 0,
     )
     lambda_up: float = option(
-        1.25, "Growth factor (official 1.25). REFERENCE.md 2.", "> 1", lambda v: v > 1
+        1.25, "Growth factor (official 1.25). docs/algorithms.md §2.", "> 1", lambda v: v > 1
     )
     lambda_down: float = option(
-        0.8, "Shrink factor (official 0.8). REFERENCE.md 2.", "in (0, 1)", lambda v: 0 < v < 1
+        0.8,
+        "Shrink factor (official 0.8). docs/algorithms.md §2.",
+        "in (0, 1)",
+        lambda v: 0 < v < 1,
     )
     lambda_min: float = option(
-        0.005, "Lower bound of lambda_reg (official 0.005). REFERENCE.md 2.", "> 0", lambda v: v > 0
+        0.005,
+        "Lower bound of lambda_reg (official 0.005). docs/algorithms.md §2.",
+        "> 0",
+        lambda v: v > 0,
     )
     lambda_max: float = option(
-        0.05, "Upper bound of lambda_reg (official 0.05). REFERENCE.md 2.", "> 0", lambda v: v > 0
+        0.05,
+        "Upper bound of lambda_reg (official 0.05). docs/algorithms.md §2.",
+        "> 0",
+        lambda v: v > 0,
     )
     lambda_measure: Literal["loss", "grad", "fixed"] = option(
         "loss",
         """What the ratio of the lambda rule measures: loss (official: lambda L_pref /
         L_GRPO on each loss computation; on-policy with whole groups L_GRPO is about 0, so
         lambda tends to its floor), grad (ours: ||lambda grad L_pref|| / ||grad L_GRPO||),
-        fixed (lambda stays at lambda_init). REFERENCE.md 2.""",
+        fixed (lambda stays at lambda_init). docs/algorithms.md §2.""",
     )
     lambda_every: int = option(
         1,
@@ -278,12 +290,12 @@ class AlgorithmOptions:
                 then needed).
             no_reference: None when the engine can give a reference policy; otherwise why it
                 cannot and what would give one (the message of the refusal).
-            scale, std, eps: GRPO's std settings, the engine's (REFERENCE.md 1).
+            scale, std, eps: GRPO's std settings, the engine's (docs/algorithms.md §1).
 
         Raises:
             ValueError: one line naming the option: out of range, an estimator that needs a
                 correctness signal the reward lacks, a margin no pair can exceed
-                (REFERENCE.md 2), a reference policy the engine cannot give.
+                (docs/algorithms.md §2), a reference policy the engine cannot give.
         """
         self.check(name)
         estimator = get_advantage_estimator(self.advantage)
@@ -324,7 +336,7 @@ class AlgorithmOptions:
         self, scale: str = "group", std: str = "unbiased", eps: float = 1e-4
     ) -> AdvantageSettings:
         """The estimator's settings: LENS's from here, GRPO's std (`scale`, `std`, `eps`)
-        from the engine (REFERENCE.md 1)."""
+        from the engine (docs/algorithms.md §1)."""
         return AdvantageSettings(
             scale=scale,
             std=std,

@@ -1,4 +1,4 @@
-"""Clipped policy-gradient surrogate of GRPO and its KL penalty (REFERENCE.md section 1)."""
+"""Clipped policy-gradient surrogate of GRPO and its KL penalty (docs/algorithms.md §1)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def aggregate_token_losses(
     aggregation: str = "grpo",
     max_completion_length: int | None = None,
 ) -> Tensor:
-    """Reduce per-token losses [B, T] over the completion tokens to a scalar (REFERENCE.md s. 1).
+    """Reduce per-token losses [B, T] over the completion tokens to a scalar
+    (docs/algorithms.md §1).
 
     - "grpo": mean over the tokens of each completion, then mean over the B completions
       (a completion with no tokens counts as 0 in that mean; the paper's Eq. 1);
@@ -87,7 +88,7 @@ def policy_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss L = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A), aggregated.
 
-    REFERENCE.md section 1. KL is not included: add gamma * kl_k3 aggregated the same way.
+    docs/algorithms.md §1. KL is not included: add gamma * kl_k3 aggregated the same way.
 
     Importance ratio, at ratio_level:
     - "token": rho_{i,t} = exp(logp_{i,t} - old_{i,t});
@@ -162,7 +163,7 @@ def policy_loss(
 
 
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """k3 estimator of KL(pi_theta || pi_ref) per token (REFERENCE.md section 1).
+    """k3 estimator of KL(pi_theta || pi_ref) per token (docs/algorithms.md §1).
 
         KL_{i,t} = exp(ref - logp) - (ref - logp) - 1      >= 0, = 0 where ref == logp
 

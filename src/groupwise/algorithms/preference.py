@@ -1,6 +1,6 @@
 """AMIR-GRPO implicit preferences: pair mining, DPO-style loss, adaptive lambda_reg.
 
-REFERENCE.md section 2. Batches are group-major as in advantages.py.
+docs/algorithms.md §2. Batches are group-major as in advantages.py.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def mine_pairs(
 ) -> tuple[Tensor, Tensor]:
     """Implicit preference pairs S(q) = {(i, j): r_i - r_j > margin} per group.
 
-    REFERENCE.md section 2 (official code): the inequality is strict and compares the float
+    docs/algorithms.md §2 (official code): the inequality is strict and compares the float
     rewards as given (no rounding), so pairs sit exactly on the margin are excluded.
 
     Args:
@@ -126,7 +126,7 @@ def preference_loss(
     rejected: Tensor,
     beta: float,
 ) -> Tensor:
-    """AMIR-GRPO preference loss L_pref (REFERENCE.md section 2).
+    """AMIR-GRPO preference loss L_pref (docs/algorithms.md §2).
 
         z_ij   = beta * [ (l_theta(i) - l_ref(i)) - (l_theta(j) - l_ref(j)) ]
         L_pref = - mean over all pairs of the batch of log sigmoid(z_ij)
@@ -180,8 +180,8 @@ def preference_coefficients(
 ) -> PreferenceTerms:
     """L_pref as one coefficient per completion, c_k = dL_pref / dl_k at l = l_old.
 
-    REFERENCE.md 2. With z_p = beta [(l_c - l_ref,c) - (l_r - l_ref,r)] for pair p = (c, r) and
-    L_pref = -(1/P) sum_p log sigmoid(z_p):
+    docs/algorithms.md §2. With z_p = beta [(l_c - l_ref,c) - (l_r - l_ref,r)] for pair p = (c, r)
+    and L_pref = -(1/P) sum_p log sigmoid(z_p):
 
         c_k = -(beta / P) [ sum_{p: c_p = k} sigmoid(-z_p) - sum_{p: r_p = k} sigmoid(-z_p) ]
 
@@ -246,7 +246,8 @@ def preference_surrogate(policy_mean_logp: Tensor, coefficients: Tensor) -> Tens
 
 
 class AdaptiveLambda:
-    """Adaptive weight lambda_reg of the preference loss and how it is measured (REFERENCE.md 2).
+    """Adaptive weight lambda_reg of the preference loss and how it is measured
+    (docs/algorithms.md §2).
 
     Band rule on a measured ratio: ratio < low -> lambda = min(max_value, up * lambda);
     ratio > high -> lambda = max(min_value, down * lambda); inside the band unchanged.
@@ -372,7 +373,7 @@ class AdaptiveLambda:
             f"consecutive updates of the rule: the measured ratio (measure "
             f"{self.measure!r}) stays {band}{why}. The AMIR term's weight is then the bound, "
             "not an adapted value; widen the bounds or choose another measure "
-            "(REFERENCE.md 2; this warning is shown once)"
+            "(docs/algorithms.md §2; this warning is shown once)"
         )
 
     def state_dict(self) -> dict[str, float]:

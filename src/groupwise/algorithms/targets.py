@@ -1,4 +1,5 @@
-"""A batch's targets: what every engine computes where whole groups are visible (REFERENCE.md 1-3).
+"""A batch's targets: what every engine computes where whole groups are visible
+(docs/algorithms.md §1-3).
 
 The one place of the sequence
 
@@ -23,7 +24,7 @@ from groupwise.algorithms.preference import mine_pairs, preference_coefficients
 
 @dataclass(frozen=True)
 class PairSettings:
-    """AMIR-GRPO's pair mining and preference term (REFERENCE.md 2): delta_r (reward units),
+    """AMIR-GRPO's pair mining and preference term (docs/algorithms.md §2): delta_r (reward units),
     pair mode ("all" | "topk"), the per-group cap and beta_DPO."""
 
     margin: float
@@ -67,7 +68,7 @@ class GroupTargets:
     ) -> GroupTargets:
         """These targets with AMIR's coefficients from the rollout policy's l(q, o) [B] (and
         l_ref [B], or None: reference-free); num_pairs normalises L_pref (default: these rows'
-        pairs; pass the update's count when these rows are a part of it). REFERENCE.md 2."""
+        pairs; pass the update's count when these rows are a part of it). docs/algorithms.md §2."""
         terms = preference_coefficients(
             mean_logp_old, ref_mean_logp, self.chosen, self.rejected, beta, num_pairs=num_pairs
         )
@@ -105,8 +106,8 @@ def group_targets(
     coefficients: bool = True,
     scorable: Tensor | None = None,
 ) -> GroupTargets:
-    """Advantages, AMIR pairs and AMIR coefficients of a batch of whole groups (REFERENCE.md
-    1-3; "AMIR-GRPO + LENS together": pairs are mined on the estimator's reward totals).
+    """Advantages, AMIR pairs and AMIR coefficients of a batch of whole groups (docs/algorithms.md
+    §1-3; "AMIR-GRPO + LENS together": pairs are mined on the estimator's reward totals).
 
     Args:
         batch: the rewards, correctness and (where needed) rollout l(q, o) of the B rows.
@@ -187,10 +188,10 @@ def unreachable_margin(
 ) -> str | None:
     """Why AMIR-GRPO can never mine a pair, or None when it can or it is unknowable.
 
-    Pairs need r_i - r_j > margin, strictly, on the estimator's reward totals (REFERENCE.md 2),
-    so a margin at or above their largest possible gap leaves AMIR's term absent for the whole
-    run. ranges, weights: each reward part's (min, max) (None: unknown) and weight;
-    correct_reward: what the correctness part adds for a correct answer (weight x value);
+    Pairs need r_i - r_j > margin, strictly, on the estimator's reward totals
+    (docs/algorithms.md §2), so a margin at or above their largest possible gap leaves AMIR's term
+    absent for the whole run. ranges, weights: each reward part's (min, max) (None: unknown) and
+    weight; correct_reward: what the correctness part adds for a correct answer (weight x value);
     the estimator's `reward_gap` says how its totals widen the gap (LENS: + correct_reward/G);
     option: the margin's name as the user typed it, for the message.
     """
@@ -211,7 +212,7 @@ def unreachable_margin(
 
 class PairlessWarning:
     """Warns once when a batch has groups whose rewards differ but AMIR mined no pair in it:
-    the margin is larger than every reward gap the batch shows (REFERENCE.md 2)."""
+    the margin is larger than every reward gap the batch shows (docs/algorithms.md §2)."""
 
     def __init__(self, margin: float, option: str = "margin") -> None:
         self.margin, self.option = margin, option

@@ -1,4 +1,4 @@
-"""The AMIR-GRPO paper's diagnostics over saved evaluation samples (REFERENCE.md, "Analyses of
+"""The AMIR-GRPO paper's diagnostics over saved evaluation samples (docs/algorithms.md, "Analyses of
 AMIR-GRPO"): conditional perplexity, solvable-set coverage, preference margin, error position.
 
 Modules: runs (evaluation folders as NAME=EVAL_DIR; their records are groupwise.records),

@@ -1,4 +1,4 @@
-"""Solvable-set coverage across runs (REFERENCE.md, "Analyses of AMIR-GRPO"; paper Table 2).
+"""Solvable-set coverage across runs (docs/algorithms.md, "Analyses of AMIR-GRPO"; paper Table 2).
 
 A problem is solvable by a run when at least one of its samples is correct. Over the problems
 every run evaluated, each problem falls in one cell of the 2^m partition "which runs solve

@@ -1,4 +1,4 @@
-"""Where and how incorrect solutions go wrong (REFERENCE.md, "Analyses of AMIR-GRPO"; paper
+"""Where and how incorrect solutions go wrong (docs/algorithms.md, "Analyses of AMIR-GRPO"; paper
 Figures 5-6).
 
 Each incorrect completion is cut into numbered steps (`segment_steps`), a judge names the first

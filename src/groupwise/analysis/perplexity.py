@@ -1,4 +1,4 @@
-"""Conditional perplexity of rollouts under the model that generated them (REFERENCE.md,
+"""Conditional perplexity of rollouts under the model that generated them (docs/algorithms.md,
 "Analyses of AMIR-GRPO"; paper Figure 3).
 
     PPL_m(Y | x) = exp( -(1/T) sum_t log p_m(y_t | x, y_<t) ) = exp(-mean_logp)

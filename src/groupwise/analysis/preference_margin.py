@@ -1,10 +1,10 @@
-"""Per-problem preference margin (REFERENCE.md, "Analyses of AMIR-GRPO"; paper Figure 4), the
+"""Per-problem preference margin (docs/algorithms.md, "Analyses of AMIR-GRPO"; paper Figure 4), the
 `groupwise analyze margin` command.
 
 Three things are called a margin around AMIR-GRPO; this module is only the first:
 - the preference margin of a problem (here): a post-hoc statistic of saved samples,
   mean l(correct completions) - mean l(incorrect completions);
-- the reward margin delta_r of AMIR's pair mining (REFERENCE.md 2: (i, j) is a pair when
+- the reward margin delta_r of AMIR's pair mining (docs/algorithms.md §2: (i, j) is a pair when
   r_i - r_j > delta_r), a training setting;
 - the log-prob margin of one mined pair, l(o_i) - l(o_j), inside the DPO logit z_ij.
 

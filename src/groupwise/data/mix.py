@@ -2,7 +2,7 @@
 
 Each part names a benchmark (split, loader options) and how much of it to take: all of it, a
 `size`, or a `fraction`, drawn at random with the part's own `seed`, so the mix depends on
-nothing but its parts. The LENS paper's training data (REFERENCE.md 3), MATH train + a random
+nothing but its parts. The LENS paper's training data (docs/algorithms.md §3), MATH train + a random
 17,500 of DAPO-Math-17k, is
 
     [MixPart("math", "train"), MixPart("dapo_math_17k", "train", size=17_500, seed=0)]

@@ -2,7 +2,7 @@
 
 Templates (`TEMPLATES`):
 
-- "amir": the AMIR-GRPO calibrated format (REFERENCE.md 2). A system prompt asks for
+- "amir": the AMIR-GRPO calibrated format (docs/algorithms.md §2). A system prompt asks for
   `<think> ... </think> <answer> \\boxed{...} </answer> <analysis> ... </analysis>
   <confidence> p </confidence>` with p in [0, 1]; the user message is the question.
 - "boxed": no system prompt; the question, then "Please reason step by step, and put your final

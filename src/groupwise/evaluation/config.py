@@ -1,19 +1,19 @@
 """The settings of one evaluation (`EvalConfig`), their valid ranges, and the protocol presets.
 
 Presets (explicit flags override them):
-- `amir` (the default), REFERENCE.md "Evaluation of AMIR-GRPO": the paper's seven benchmarks,
+- `amir` (the default), docs/algorithms.md, "Evaluation of AMIR-GRPO": the paper's seven benchmarks,
   n = 8, k in {1, 2, 4}, temperature 0.6, top-p 1.0, 1024 new tokens, the AMIR prompt, the
   official evaluation grader (checking "amir_eval").
   AQUA-RAT in the official code's format (`aqua@format=official`: the question without its
   options, gold = the option's text), since the paper's numbers were measured that way.
-- `lens`, REFERENCE.md 3: MATH-500 (the paper's curves; the results add pass@k per MATH level
+- `lens`, docs/algorithms.md §3: MATH-500 (the paper's curves; the results add pass@k per MATH level
   and for Levels 4-5, its hard subset), n = 16, k in {1, 2, 4, 8, 16}, temperature 1.0, top-p
   1.0, 4096 new tokens, a plain boxed-answer prompt (the paper does not print its prompt),
   Math-Verify as the grader (checking "math_verify"). The paper's table is on the full MATH
   test: `--benchmarks math:test`.
 
-Engines (`engine`; README "Evaluate a large model"): `transformers` (groupwise's own decode
-loop, groupwise.rollout.TransformersGenerator), `vllm` (vLLM in process,
+Engines (`engine`; docs/guides/evaluate.md, "Evaluate a large model"): `transformers` (groupwise's
+own decode loop, groupwise.rollout.TransformersGenerator), `vllm` (vLLM in process,
 groupwise.rollout.vllm_engine) and `openai` (any OpenAI-compatible server, `base_url`,
 groupwise.rollout.openai_engine). The engine is a setting that changes the samples: a folder is
 resumed on the engine it was sampled with.

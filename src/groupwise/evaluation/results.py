@@ -1,8 +1,9 @@
 """The results of an evaluation: pass@k per benchmark with its 95 % bootstrap interval over
-problems (REFERENCE.md section 4), as results.json, results.md and results.png.
+problems (docs/algorithms.md §4), as results.json, results.md and results.png.
 
 A benchmark whose problems carry a MATH difficulty level (MATH, MATH-500) is also reported per
-level and for Levels 4-5 together, the hard subset of the LENS paper's curves (REFERENCE.md 3).
+level and for Levels 4-5 together, the hard subset of the LENS paper's curves
+(docs/algorithms.md §3).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def results_table(
     "errors", "truncated", "mean_tokens"[, "levels"]}, "config": {...}} from each problem's n
     samples.
 
-    pass@k and its interval come from metrics.pass_at_k_table (REFERENCE.md section 4); the
+    pass@k and its interval come from metrics.pass_at_k_table (docs/algorithms.md §4); the
     counts are over samples. levels[benchmark], when given, holds each problem's difficulty
     level (or None), in the order of groups[benchmark]; a benchmark with any level gets
     "levels": {"1": {"problems", "pass@k", "pass@k_ci", ...}, ..., "4-5": {...}}.

@@ -1,5 +1,5 @@
 """The evaluation loop: sample n completions for every problem not yet done, check them, and
-append their records to the folder's samples.jsonl (REFERENCE.md section 4 for what the results
+append their records to the folder's samples.jsonl (docs/algorithms.md §4 for what the results
 then report).
 
 The samples come from any `Sampler` (groupwise.rollout: the vLLM and server engines), or from

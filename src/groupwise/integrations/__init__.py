@@ -1,4 +1,4 @@
-"""Adapters that run groupwise's algorithms inside other training engines (DESIGN.md, "One
+"""Adapters that run groupwise's algorithms inside other training engines (docs/design.md, "One
 algorithm core, several engines").
 
 - `groupwise.integrations.trl`: `GroupwiseGRPOConfig` / `GroupwiseGRPOTrainer`, subclasses of

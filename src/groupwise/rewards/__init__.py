@@ -1,5 +1,5 @@
 """Rewards: answer extraction, answer checking under hard timeouts, reward components and the
-weighted `RewardSuite` (REFERENCE.md 2 and 3).
+weighted `RewardSuite` (docs/algorithms.md §2 and §3).
 
 `RewardSuite`, `Scores` and the weight presets need torch and are imported on first access,
 so that the answer-checking worker processes (which import this package) start without it.

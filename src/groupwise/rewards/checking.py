@@ -1,5 +1,5 @@
 """Answer checking: the verdict on one completion for its gold answer, under a checking mode
-(REFERENCE.md 2 and 3).
+(docs/algorithms.md §2 and §3).
 
 Checking modes (`MODES`, `judge(completion, gold, mode)`); each is documented with its source
 at its declaration below:
@@ -244,7 +244,8 @@ def _math_verify_extraction(region: str) -> tuple[str, tuple[Any, ...]] | None:
 
 
 def judge_groupwise(completion: str, gold: str) -> Verdict:
-    """Mode "groupwise" (ours; REFERENCE.md 2, "correctness"): see the module docstring.
+    """Mode "groupwise" (ours; docs/algorithms.md §2, "Rewards of AMIR-GRPO", correctness): see the
+    module docstring.
 
     The answer is `read_answer`'s (rules of `groupwise.rewards.extract`); when those find none,
     math-verify's extraction on the answer region, compared with `verify`; when that finds no
@@ -285,7 +286,7 @@ def _math_verify_gold(gold: str) -> tuple[Any, ...]:
 
 def judge_math_verify(completion: str, gold: str) -> Verdict:
     """Mode "math_verify" (LENS paper, section 6: "Math-Verify as verifier for training and
-    evaluation"; REFERENCE.md 3): `verify(parse(gold), parse(completion))` with math-verify's
+    evaluation"; docs/algorithms.md §3): `verify(parse(gold), parse(completion))` with math-verify's
     defaults (LaTeX then expression extraction, boxes at priority 50, first-match fallback,
     float rounding 6, strict), on the whole completion: no reasoning removed, no answer block
     read, no multiple-choice rule.
@@ -309,10 +310,10 @@ def judge_math_verify(completion: str, gold: str) -> Verdict:
 
 def judge_amir_official(completion: str, gold: str) -> Verdict:
     """Mode "amir_official" (AMIR-GRPO official code, `Train/rewards.py`
-    `correctness_reward_func`; REFERENCE.md 2, "correctness"): the first number of the last
-    brace-free `\\boxed{}` anywhere in the completion (reasoning included), else the last
-    number anywhere (often the `<confidence>` value), compared with the gold within 1e-3
-    (`groupwise.rewards.official.official_correct`). No math-verify: an answer like
+    `correctness_reward_func`; docs/algorithms.md §2, "Rewards of AMIR-GRPO", correctness): the
+    first number of the last brace-free `\\boxed{}` anywhere in the completion (reasoning included),
+    else the last number anywhere (often the `<confidence>` value), compared with the gold within
+    1e-3 (`groupwise.rewards.official.official_correct`). No math-verify: an answer like
     `\\boxed{\\frac{1}{2}}` is read as its last number.
     """
     correct, value = official_correct(completion, gold)
@@ -323,9 +324,9 @@ def judge_amir_official(completion: str, gold: str) -> Verdict:
 
 def judge_amir_eval(completion: str, gold: str) -> Verdict:
     """Mode "amir_eval" (AMIR-GRPO official code, `Data/math_grader.py`
-    `answer_tag_reward_fn_for_orz`, the evaluation grader; REFERENCE.md 2, "Evaluation"): a
-    completion without both `<answer>` and `</answer>` has no answer (wrong); the answer is
-    the last box after the last `<answer>`, else all the text after it
+    `answer_tag_reward_fn_for_orz`, the evaluation grader; docs/algorithms.md §2, "Evaluation of
+    AMIR-GRPO"): a completion without both `<answer>` and `</answer>` has no answer (wrong); the
+    answer is the last box after the last `<answer>`, else all the text after it
     (`official.official_eval_answer`).
 
     The comparison is ours (`answers_equivalent`; an option-letter gold by `choice_letter`):
@@ -355,7 +356,7 @@ class CheckingMode:
     """A way of judging answers. judge: (completion, gold) -> Verdict, run in a worker.
     extract: (completion, gold) -> the answer `judge` would report, cheap enough for the parent
     process (no sympy), for verdicts a worker never sent (timeouts, crashes); None if unknown.
-    source: where the semantics come from (paper / official code / ours, REFERENCE.md)."""
+    source: where the semantics come from (paper / official code / ours, docs/algorithms.md)."""
 
     name: str
     judge: Callable[[str, str], Verdict]
@@ -386,27 +387,27 @@ MODES: dict[str, CheckingMode] = {
             "groupwise",
             judge_groupwise,
             _extract_groupwise,
-            "ours (REFERENCE.md 2, correctness): our answer rules, then math-verify's "
+            "ours (docs/algorithms.md §2, correctness): our answer rules, then math-verify's "
             "extraction; math-verify equivalence",
         ),
         CheckingMode(
             "math_verify",
             judge_math_verify,
             lambda completion, gold: None,
-            "LENS paper (REFERENCE.md 3): math-verify's default parse and verify",
+            "LENS paper (docs/algorithms.md §3): math-verify's default parse and verify",
         ),
         CheckingMode(
             "amir_official",
             judge_amir_official,
             _extract_amir_official,
-            "AMIR-GRPO official code (REFERENCE.md 2): correctness_reward_func",
+            "AMIR-GRPO official code (docs/algorithms.md §2): correctness_reward_func",
         ),
         CheckingMode(
             "amir_eval",
             judge_amir_eval,
             _extract_amir_eval,
-            "AMIR-GRPO official code (REFERENCE.md 2, evaluation): answer_tag_reward_fn_for_orz "
-            "reading, our equivalence",
+            "AMIR-GRPO official code (docs/algorithms.md §2, evaluation): "
+            "answer_tag_reward_fn_for_orz reading, our equivalence",
         ),
     )
 }

@@ -1,4 +1,4 @@
-"""Reward components (REFERENCE.md 2, "Rewards of AMIR-GRPO"; 3 for the binary LENS reward).
+"""Reward components (docs/algorithms.md, "Rewards of AMIR-GRPO"; §3 for the binary LENS reward).
 
 Each component is a function `(completion: str, verdict: Verdict) -> float` of one completion's
 text and its answer-check verdict, so the answer is checked once per completion and every
@@ -68,9 +68,9 @@ ComponentFn = Callable[[str, Verdict], float]
 @dataclass(frozen=True)
 class Component:
     """A named reward component. correct_value: for a correctness-type component, its value on
-    a correct answer (LENS rescales it, REFERENCE.md 3); None for the others. bounds: (lowest,
-    highest) value it can return, or None when unknown; AMIR-GRPO refuses a margin above the
-    reward's whole range (groupwise.algorithms.largest_reward_gap)."""
+    a correct answer (LENS rescales it, docs/algorithms.md §3); None for the others. bounds:
+    (lowest, highest) value it can return, or None when unknown; AMIR-GRPO refuses a margin above
+    the reward's whole range (groupwise.algorithms.largest_reward_gap)."""
 
     name: str
     fn: ComponentFn
@@ -230,7 +230,7 @@ def correctness(completion: str, verdict: Verdict) -> float:
 
 @register_component("binary", correct_value=1.0)
 def binary(completion: str, verdict: Verdict) -> float:
-    """1.0 for a correct final answer, else 0 (LENS, REFERENCE.md 3)."""
+    """1.0 for a correct final answer, else 0 (LENS, docs/algorithms.md §3)."""
     return 1.0 if verdict.correct else 0.0
 
 

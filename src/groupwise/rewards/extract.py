@@ -4,8 +4,8 @@ Pure string functions (no sympy, no math-verify): cheap, linear-time regexes onl
 safe to run in the training process. The comparison of an extracted answer with the gold one
 lives in `groupwise.rewards.checking`.
 
-Where the answer is looked for (REFERENCE.md 2, "correctness"; `read_answer`, first rule that
-applies wins):
+Where the answer is looked for (docs/algorithms.md §2, "Rewards of AMIR-GRPO", correctness;
+`read_answer`, first rule that applies wins):
 
 1. Reasoning never counts: every `<think>...</think>` block is removed; text before a stray
    `</think>` (its `<think>` was in the prompt) and after an unclosed `<think>` is reasoning too.

@@ -1,4 +1,4 @@
-"""The AMIR-GRPO official code's answer readings, reproduced to the letter (REFERENCE.md 2,
+"""The AMIR-GRPO official code's answer readings, reproduced to the letter (docs/algorithms.md §2,
 "Rewards of AMIR-GRPO" and "Evaluation of AMIR-GRPO").
 
 Source: github.com/AmirHosseinYari2002/AMIR-GRPO (arXiv 2601.03661, on TRL 0.23):

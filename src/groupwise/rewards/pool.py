@@ -1,5 +1,5 @@
 """The worker pool of answer checking: judgements (`groupwise.rewards.checking`) run in a pool
-of worker processes (REFERENCE.md 2 and 3).
+of worker processes (docs/algorithms.md §2 and §3).
 
 math-verify's own timeouts use `signal.alarm`, which fails off the main thread and is caught
 inside math-verify as a silent False; they are disabled (`parsing_timeout=None`,
@@ -402,7 +402,7 @@ def is_correct(
     completion: str, gold: str, timeout: float = DEFAULT_TIMEOUT, *, mode: str = DEFAULT_MODE
 ) -> bool:
     """Whether `completion`'s final answer is equivalent to `gold` under checking mode `mode`
-    (REFERENCE.md 2).
+    (docs/algorithms.md §2).
 
     Never raises for any completion and returns within about `timeout` seconds (a timeout or
     an error counts as not correct; `check_answers` reports which it was).

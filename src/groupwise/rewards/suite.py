@@ -1,4 +1,4 @@
-"""A weighted sum of named reward components over a batch (REFERENCE.md 2 and 3).
+"""A weighted sum of named reward components over a batch (docs/algorithms.md §2 and §3).
 
 `RewardSuite({"correctness": 1.0, "format": 1.0, ...}, checking="groupwise").score(completions,
 golds)` checks every answer once under one checking mode (`check_answers`, in a worker pool
@@ -38,7 +38,7 @@ AMIR_GRPO_WEIGHTS: dict[str, float] = {
     "calibration_official": 1.0,
 }
 """The AMIR-GRPO official reward: the five official components summed with weight 1; with
-checking mode `AMIR_GRPO_CHECKING` it is the official code's reward (REFERENCE.md 2)."""
+checking mode `AMIR_GRPO_CHECKING` it is the official code's reward (docs/algorithms.md §2)."""
 
 AMIR_GRPO_CHECKING = "amir_official"
 """The checking mode of the AMIR-GRPO official correctness (last box, else last number)."""
@@ -58,7 +58,7 @@ LENS_WEIGHTS: dict[str, float] = {"binary": 1.0}
 """LENS: the binary correctness reward alone."""
 
 LENS_CHECKING = "math_verify"
-"""The checking mode of the LENS paper (Math-Verify as the verifier, REFERENCE.md 3)."""
+"""The checking mode of the LENS paper (Math-Verify as the verifier, docs/algorithms.md §3)."""
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """What a rollout engine takes and returns: SamplingParams in, Rollouts out, behind the
-Generator protocol (DESIGN.md: prompts --rollout engine--> Rollouts).
+Generator protocol (docs/design.md: prompts --rollout engine--> Rollouts).
 
 Evaluation needs less than training: the completions as text with a few facts each
 (`Completions`), from any engine behind the `Sampler` protocol, including servers that never

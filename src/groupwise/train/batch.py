@@ -42,7 +42,7 @@ class ScoredBatch:
         """What an advantage estimator sees of the whole batch's `rows` (whole groups).
 
         component: the correctness component (reward.correctness_component), which LENS
-        calibrates inside the total (REFERENCE.md 3); its weighted column is zeros, and its
+        calibrates inside the total (docs/algorithms.md §3); its weighted column is zeros, and its
         value on a correct answer 1.0, when the reward has none. mean_logp_old, lengths:
         [rows] the rollout l(q, o) and completion lengths, or None where the estimator needs
         none."""

@@ -1,7 +1,7 @@
 """Training configuration: the sections of `groupwise train`'s config and their checks.
 
 Every option is declared here with its default and where it comes from (paper, official code,
-or ours; see REFERENCE.md); the algorithm options every engine shares come from
+or ours; see docs/algorithms.md); the algorithm options every engine shares come from
 groupwise.algorithms.AlgorithmOptions. Reading YAML, overrides and type checks are
 groupwise.config; the range and cross-field checks are `Config.validate`. Unknown keys and bad
 values are errors that name the valid choices.
@@ -199,7 +199,7 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
-    """The reward: a weighted sum of named components (REFERENCE.md 2 and 3)."""
+    """The reward: a weighted sum of named components (docs/algorithms.md §2 and §3)."""
 
     weights: dict[str, float] = option(
         doc="""Component name -> weight; the AMIR-GRPO official code sums these five with weight 1;
@@ -219,15 +219,16 @@ class RewardConfig:
     )
     correctness_component: str = option(
         "correctness",
-        """The component that LENS calibrates when combined with AMIR-GRPO (REFERENCE.md 3).""",
+        """The component that LENS calibrates when combined with AMIR-GRPO
+        (docs/algorithms.md §3).""",
     )
     checking: str = option(
         "groupwise",
         """How answers are checked (groupwise.rewards checking modes): groupwise (ours: answer
         block, boxes, `#### N`, then Math-Verify's extraction), amir_official (the AMIR-GRPO
         official correctness: last box, else last number, tolerance 1e-3), math_verify
-        (Math-Verify on the whole completion, the LENS paper's verifier). REFERENCE.md 2 and
-        3.""",
+        (Math-Verify on the whole completion, the LENS paper's verifier). docs/algorithms.md §2 and
+        §3.""",
     )
     workers: int = option(
         2,
@@ -245,7 +246,7 @@ class RewardConfig:
 
 @dataclass
 class AlgorithmConfig(AlgorithmOptions):
-    """Advantages, the clipped surrogate, LENS and AMIR-GRPO (REFERENCE.md 1-3): the options
+    """Advantages, the clipped surrogate, LENS and AMIR-GRPO (docs/algorithms.md §1-3): the options
     every engine shares (groupwise.algorithms.AlgorithmOptions: advantage, lens_*, amir,
     beta_dpo, margin, pair_mode, max_pairs_per_group, ref_free, lambda_*), and those of
     groupwise's own trainer below."""
@@ -253,29 +254,29 @@ class AlgorithmConfig(AlgorithmOptions):
     scale_rewards: Literal["group", "batch", "none"] = option(
         "group",
         """Std that divides GRPO advantages: group (papers), batch (TRL's option), none
-        (Dr.GRPO). REFERENCE.md 1.""",
+        (Dr.GRPO). docs/algorithms.md §1.""",
     )
     advantage_std: Literal["unbiased", "population"] = option(
         "unbiased",
         """unbiased (n - 1, as TRL and verl) or population (n) std, for GRPO and LENS's mixed
-        groups. REFERENCE.md 1.""",
+        groups. docs/algorithms.md §1.""",
     )
     advantage_eps: float = option(
         1e-4,
-        """Added to the std before dividing (ours, as TRL). REFERENCE.md 1.""",
+        """Added to the std before dividing (ours, as TRL). docs/algorithms.md §1.""",
         "> 0",
         lambda v: v > 0,
     )
     loss_level: Literal["token", "sequence"] = option(
         "token",
         """Where the importance ratio is taken: token (GRPO) or sequence (GSPO: one
-        length-normalised ratio per completion). REFERENCE.md 1.""",
+        length-normalised ratio per completion). docs/algorithms.md §1.""",
     )
     aggregation: Literal["grpo", "dapo", "dr_grpo"] = option(
         "grpo",
         """How per-token losses become one number: grpo (token mean per completion, then mean
         over completions: the paper's Eq. 1), dapo (token mean over the batch), dr_grpo (token
-        sum / (completions x max_new_tokens)). REFERENCE.md 1.""",
+        sum / (completions x max_new_tokens)). docs/algorithms.md §1.""",
     )
     eps_low: float = option(
         0.2,
@@ -299,14 +300,14 @@ class AlgorithmConfig(AlgorithmOptions):
         1,
         """PPO mini-batches M: the rollout batch is split into M parts of whole questions, one
         optimizer step each, with advantages, pairs and logp_old taken once from the rollout
-        policy (verl's ppo_mini_batch_size; LENS: 4). REFERENCE.md 1.""",
+        policy (verl's ppo_mini_batch_size; LENS: 4). docs/algorithms.md §1.""",
         ">= 1",
         lambda v: v >= 1,
     )
     num_iterations: int = option(
         1,
         """Epochs over the rollout batch (TRL's mu): each replays every mini-batch once; 1 = each
-        row is used once. REFERENCE.md 1.""",
+        row is used once. docs/algorithms.md §1.""",
         ">= 1",
         lambda v: v >= 1,
     )
@@ -427,8 +428,8 @@ class TrainConfig:
     )
     log_all_wrong_gradient: bool = option(
         False,
-        """Diagnostic of LENS's mechanism (REFERENCE.md 3): log group_all_wrong_active (fraction
-        of the step's groups that are all-wrong and carry a non-zero advantage) and, per
+        """Diagnostic of LENS's mechanism (docs/algorithms.md §3): log group_all_wrong_active
+        (fraction of the step's groups that are all-wrong and carry a non-zero advantage) and, per
         update, all_wrong_grad_norm (norm of the gradient of the all-wrong rows' part of the
         loss) and all_wrong_grad_share (that norm over the whole update's gradient norm,
         before clipping). Costs one more backward pass per micro-batch holding all-wrong rows
@@ -445,7 +446,7 @@ class TrainConfig:
     eval_samples: int = option(
         4,
         """Samples per held-out problem, at rollout.temperature, top_p and max_new_tokens; the
-        held-out accuracy is the fraction correct (pass@1, REFERENCE.md 4).""",
+        held-out accuracy is the fraction correct (pass@1, docs/algorithms.md §4).""",
         ">= 1",
         lambda v: v >= 1,
     )
@@ -487,7 +488,7 @@ class Config:
 def build_algorithm(config: Config) -> Algorithm:
     """The algorithm our trainer runs (groupwise.algorithms.AlgorithmOptions.build: the checks
     of the correctness signal, the AMIR margin and the reference policy run there), from the
-    reward components' declared bounds and the trainer's GRPO settings. REFERENCE.md 1-3."""
+    reward components' declared bounds and the trainer's GRPO settings. docs/algorithms.md §1-3."""
     reward, algo = config.reward, config.algorithm
     components = [get_component(name) for name in reward.weights]
     facts = RewardFacts(

@@ -1,7 +1,7 @@
 """Held-out evaluation during training (`train.eval_every`, `data.heldout`), like TRL's
 `eval_strategy="steps"`: the policy samples `train.eval_samples` completions for each held-out
 problem before the first step, every `eval_every` steps and after the last, and the fraction
-that is correct (pass@1, REFERENCE.md 4) goes into that step's metrics.jsonl line
+that is correct (pass@1, docs/algorithms.md §4) goes into that step's metrics.jsonl line
 (`heldout_accuracy`) and, with the correct count of every problem, into RUN/heldout.jsonl
 (step 0 is the policy before training).
 

@@ -8,8 +8,8 @@ Every algorithm decision is a call into groupwise.algorithms (the Algorithm the 
 built: estimator, pairs, AdaptiveLambda; `loss_terms`; `micro_batch_share`). Micro-batches hold
 whole groups and every share is taken of the update's GLOBAL batch (completions, tokens, pairs),
 so summing micro-batches and processes (one all-reduce before clipping) gives the gradient of
-the whole update (REFERENCE.md 1). Several processes: each trains on its own whole questions of
-every mini-batch; targets and pairs are computed over the gathered batch, and the k-th
+the whole update (docs/algorithms.md §1). Several processes: each trains on its own whole questions
+of every mini-batch; targets and pairs are computed over the gathered batch, and the k-th
 micro-batches of all processes feed AdaptiveLambda together, so lambda is the same everywhere.
 """
 
@@ -74,7 +74,7 @@ class LossInputs:
 class UpdatePlan:
     """One update's place in the step. rows: this process's rows (whole groups of one
     mini-batch). on_policy: no optimizer step yet in this step (ratio exactly 1). first_use: the
-    rows' first epoch, when AdaptiveLambda observes the losses (REFERENCE.md 2). totals: the
+    rows' first epoch, when AdaptiveLambda observes the losses (docs/algorithms.md §2). totals: the
     update's rows, completion tokens and AMIR pairs over every process. probes: its gradient
     probes (train.probes)."""
 
@@ -223,7 +223,7 @@ class Learner:
         """train.log_all_wrong_gradient: the gradient of the all-wrong rows' part of the
         micro-batch's share * L_GRPO, kept by its probe. A micro-batch's aggregated loss splits
         exactly into row subsets, each weighted by its own share of the update
-        (micro_batch_share), so this is their exact contribution (REFERENCE.md 1 and 3)."""
+        (micro_batch_share), so this is their exact contribution (docs/algorithms.md §1 and §3)."""
         probe = next((p for p in plan.probes if isinstance(p, AllWrongGradient)), None)
         if probe is None:
             return

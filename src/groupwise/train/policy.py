@@ -4,7 +4,7 @@ over a step's rows.
 `load_trainable_policy` builds the model from the config's `model:` section. `Passes` gives the
 per-token log-probs of whole groups of completions under the policy (with gradient, for the
 loss) and under the reference policy (the adapter disabled, no gradient), at the sampling
-temperature (REFERENCE.md 1); each group's prompt runs through the model once
+temperature (docs/algorithms.md §1); each group's prompt runs through the model once
 (groupwise.scoring).
 """
 
@@ -49,7 +49,7 @@ class Passes:
 
     model: the policy; device: where it runs; group_size: G; temperature: the sampling
     temperature the log-probs are taken at; reference: whether `reference` passes run (a KL
-    term or AMIR with a reference, REFERENCE.md 1-2)."""
+    term or AMIR with a reference, docs/algorithms.md §1-2)."""
 
     def __init__(
         self,

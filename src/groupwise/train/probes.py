@@ -3,10 +3,11 @@
 A probe's buffers are summed over micro-batches and over processes together with the gradient
 (train.update), then read around clipping. Two uses:
 
-- `PreferenceGradient` (algorithm.lambda_measure=grad, REFERENCE.md 2): the AMIR term is left
+- `PreferenceGradient` (algorithm.lambda_measure=grad, docs/algorithms.md §2): the AMIR term is left
   out of the loss and its gradient kept apart; before clipping, lambda is updated from
   ||grad L_GRPO|| and ||grad L_pref||, then lambda times the kept gradient joins .grad.
-- `AllWrongGradient` (train.log_all_wrong_gradient, REFERENCE.md 3): the gradient of the rows of
+- `AllWrongGradient` (train.log_all_wrong_gradient, docs/algorithms.md §3): the gradient of the rows
+of
   groups with no correct answer, also part of the loss; after clipping, its norm and its share
   of the update's gradient norm.
 """

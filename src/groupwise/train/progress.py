@@ -3,7 +3,7 @@
 - every method: training accuracy, the shares of mixed / all-correct / all-wrong groups (only
   mixed groups carry a GRPO gradient) and the share of groups that are all-wrong yet got a
   gradient (a non-zero advantage: LENS's calibrated negatives; always 0 under GRPO);
-- AMIR-GRPO: the preference pairs mined per group and lambda_reg (REFERENCE.md 2);
+- AMIR-GRPO: the preference pairs mined per group and lambda_reg (docs/algorithms.md §2);
 - the latest held-out accuracy when train.eval_every is on (groupwise.train.heldout).
 """
 
@@ -23,7 +23,7 @@ def all_wrong_with_gradient(
     correct: torch.Tensor, advantages: torch.Tensor, group_size: int
 ) -> float:
     """Fraction of the groups whose answers are all wrong and whose advantages are not all 0,
-    so that the group moves the policy (REFERENCE.md 3: LENS gives such groups negative
+    so that the group moves the policy (docs/algorithms.md §3: LENS gives such groups negative
     advantages; GRPO gives them 0). correct: [B] bool, advantages: [B], group-major."""
     all_wrong = group_types(correct, group_size)["all_wrong"]
     active = (advantages.view(-1, group_size) != 0).any(dim=1)

@@ -1,5 +1,5 @@
 """A run folder belongs to one run: locked while it trains, never silently reused, and resumed
-only with the settings it was started with (DESIGN.md, "Output folder of a run").
+only with the settings it was started with (docs/design.md, "Output folder of a run").
 
 `RunFolder.open(path, config, mode)` does all of it before any model or data is loaded:
 

@@ -1,5 +1,5 @@
-"""What a training step logs: its metrics.jsonl line and its rollouts.jsonl line (README, "A run
-folder", lists the keys)."""
+"""What a training step logs: its metrics.jsonl line and its rollouts.jsonl line
+(docs/guides/train.md, "A run folder", lists the keys)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def step_samples(
 
 
 def reward_metrics(scores: Scores, group_size: int) -> dict[str, float]:
-    """Reward means, accuracy, group types (REFERENCE.md 3) and answer-check statuses."""
+    """Reward means, accuracy, group types (docs/algorithms.md §3) and answer-check statuses."""
     kinds = group_types(scores.correct, group_size)
     metrics = {
         "reward_mean": float(scores.total.float().mean()),

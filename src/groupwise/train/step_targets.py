@@ -1,8 +1,9 @@
 """Where a step's targets come from, chosen once per run (`choose_step_targets`).
 
 - `WholeBatchTargets`: the advantages and AMIR pairs of the whole batch (every process's rows),
-  computed before the first update (REFERENCE.md 1-3); AMIR's coefficients then come micro-batch
-  by micro-batch, from the rows' l_old and the update's pair count (REFERENCE.md 2).
+  computed before the first update (docs/algorithms.md §1-3); AMIR's coefficients then come
+  micro-batch by micro-batch, from the rows' l_old and the update's pair count
+  (docs/algorithms.md §2).
 - `PerMicroBatchTargets`: each micro-batch's advantages from its own groups and its own
   training pass, which runs at the rollout policy (the step's first update is exactly
   on-policy). Possible for an estimator that needs logp_old and is per group (LENS), without
@@ -44,7 +45,7 @@ class WholeBatchTargets(_Targets):
     def upfront(self, minibatches: list[slice]) -> list[slice]:
         """The mini-batches whose rows' logp_old one no-grad pass records after the rollout:
         all of them when the estimator needs logp_old before the first update; else those of
-        mini-batches 2..M, which run after the policy moved (REFERENCE.md 1)."""
+        mini-batches 2..M, which run after the policy moved (docs/algorithms.md §1)."""
         return minibatches if self.algorithm.estimator.needs_rollout_logp else minibatches[1:]
 
     def of_batch(self, state: StepState) -> GroupTargets:
@@ -73,7 +74,7 @@ class WholeBatchTargets(_Targets):
     ) -> GroupTargets:
         """The micro-batch's rows of the batch's targets, with AMIR's coefficients from its
         rows' l_old (and l_ref from ref_logp [b, T], unless reference-free) and the update's
-        pair count (REFERENCE.md 2)."""
+        pair count (docs/algorithms.md §2)."""
         mine = state.targets.select(state.batch.rows[micro])
         pairs = self.algorithm.pair_settings
         if pairs is None:

@@ -7,9 +7,9 @@ From RUN/metrics.jsonl, RUN/heldout.jsonl (groupwise.train.heldout) and RUN/conf
   interval (paired percentile bootstrap over problems);
 - the shares of mixed / all-correct / all-wrong groups (GRPO learns from mixed groups only);
 - the all-wrong groups that got a gradient, as a share of all-wrong groups (LENS: about all of
-  them; GRPO and AMIR-GRPO: none, REFERENCE.md 3);
+  them; GRPO and AMIR-GRPO: none, docs/algorithms.md §3);
 - AMIR-GRPO's pairs per group and lambda_reg, first and last step and the share of steps at
-  its floor (REFERENCE.md 2).
+  its floor (docs/algorithms.md §2).
 
     python -m groupwise.train.summary runs/a runs/b [--png runs/compare.png]
 

@@ -2,7 +2,7 @@
 
 The caller hands over each micro-batch's loss already weighted by its share of the update's
 global batch (groupwise.algorithms.micro_batch_share), so the summed gradients of the
-micro-batches and processes are the gradient of the whole update (REFERENCE.md 1).
+micro-batches and processes are the gradient of the whole update (docs/algorithms.md §1).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     from groupwise.integrations.trl import GroupwiseGRPOConfig, GroupwiseGRPOTrainer
 
-    args = GroupwiseGRPOConfig(output_dir="out", amir=True, advantage="lens", ...)
+    args = GroupwiseGRPOConfig(output_dir="out", amir=True, advantage_estimator="lens", ...)
     trainer = GroupwiseGRPOTrainer(model=..., reward_funcs=[...], args=args, train_dataset=...)
     trainer.train()
 

@@ -4,7 +4,7 @@ The options are groupwise's shared algorithm options (groupwise.algorithms.Algor
 one declaration of each default, range and documentation) under TRL-style names: a feature's
 options share its prefix, as TRL's `vllm_*` and `sapo_*` do (TRL_NAMES). Their help text comes
 from AlgorithmOptions, plus what differs inside TRL (TRL_NOTES); validation goes through
-AlgorithmOptions.check, naming the TRL option. The formulas are in REFERENCE.md.
+AlgorithmOptions.check, naming the TRL option. The formulas are in docs/algorithms.md.
 
 Renamed from the first release (flat names): advantage -> advantage_estimator, beta_dpo ->
 amir_beta, margin -> amir_margin, pair_mode -> amir_pair_mode, max_pairs_per_group ->
@@ -163,7 +163,7 @@ class GroupwiseGRPOConfig(GRPOConfig):
         if self.advantage_estimator != "grpo" and self.scale_rewards != "group":
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r} normalises mixed groups by "
-                "their own std (REFERENCE.md 3): it needs scale_rewards='group', got "
+                "their own std (docs/algorithms.md §3): it needs scale_rewards='group', got "
                 f"{self.scale_rewards!r}"
             )
         if uses_groupwise and self.mask_truncated_completions:
@@ -174,7 +174,7 @@ class GroupwiseGRPOConfig(GRPOConfig):
             )
 
     def algorithm_options(self) -> AlgorithmOptions:
-        """These options as groupwise's AlgorithmOptions (REFERENCE.md 1-3)."""
+        """These options as groupwise's AlgorithmOptions (docs/algorithms.md §1-3)."""
         return AlgorithmOptions(**{name: getattr(self, trl) for name, trl in TRL_NAMES.items()})
 
 

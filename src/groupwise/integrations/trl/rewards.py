@@ -1,4 +1,4 @@
-"""groupwise's reward components as TRL reward functions (REFERENCE.md 2 and 3).
+"""groupwise's reward components as TRL reward functions (docs/algorithms.md §2 and §3).
 
 TRL calls each reward function with the batch's completions and the dataset's other columns as
 keyword lists. `reward_functions({"correctness": 1.0, "format": 1.0, ...}, checking=...)` returns

@@ -1,4 +1,4 @@
-"""TRL's reward columns as groupwise's GroupRewards (REFERENCE.md 1-3).
+"""TRL's reward columns as groupwise's GroupRewards (docs/algorithms.md §1-3).
 
 TRL's GRPOTrainer gathers every process's rewards into one [B, F] tensor (one column per reward
 function; NaN where a function returned None), group-major: rows g*G .. g*G+G-1 are the G
@@ -104,7 +104,7 @@ def group_rewards(
     mean_logp_old: Tensor | None = None,
     lengths: Tensor | None = None,
 ) -> GroupRewards:
-    """What groupwise's estimators see of a gathered generation batch (REFERENCE.md 1-3).
+    """What groupwise's estimators see of a gathered generation batch (docs/algorithms.md §1-3).
 
     Args:
         rewards_per_func: [B, F] every process's rewards, one column per reward function.
@@ -138,6 +138,6 @@ def group_rewards(
 
 def group_fractions(correct: Tensor, group_size: int) -> dict[str, float]:
     """Fractions of the batch's groups that are all correct, all wrong and mixed
-    (REFERENCE.md 3's group types), under TRL-style metric names."""
+    (docs/algorithms.md §3's group types), under TRL-style metric names."""
     kinds = group_types(correct, group_size)
     return {f"groups/{kind}": float(flags.float().mean()) for kind, flags in kinds.items()}

@@ -12,7 +12,7 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
   of TRL's) and AMIR's per-completion coefficients c_k = dL_pref/dl_k at the rollout policy
   ("groupwise_coefficients"), each process keeping its rows. TRL then shuffles and splits
   these per-row keys in step with the rows, so a group may straddle micro-batches and
-  processes: the coefficients are per completion, which makes any split exact (DESIGN.md).
+  processes: the coefficients are per completion, which makes any split exact (docs/design.md).
 - `_get_per_token_logps_and_entropies`: unchanged, except that while `_compute_loss` runs it
   keeps the policy's per-token log-probs (with gradient; at the sampling temperature, as TRL
   computes them) for the AMIR term, and, when the terms wait for it (below), computes them.
@@ -197,7 +197,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
     def _reward_facts(self) -> RewardFacts:
         """The reward functions' ranges, where known (groupwise's reward_functions declare
         theirs; the correctness reward returns 0 or correctness_value), their weights and the
-        correctness reward's contribution, for AlgorithmOptions.build (REFERENCE.md 2-3)."""
+        correctness reward's contribution, for AlgorithmOptions.build (docs/algorithms.md §2-3)."""
         ranges = []
         for index, func in enumerate(self.reward_funcs):
             bounds = getattr(func, "bounds", None)
@@ -331,7 +331,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         metrics["amir/pair_logp_margin"].append(
             float(targets.logp_margins.mean()) if pairs else 0.0
         )
-        # the official rule updates lambda only where there are pairs (REFERENCE.md 2)
+        # the official rule updates lambda only where there are pairs (docs/algorithms.md §2)
         self._pending_pref_loss = float(targets.pair_losses.mean()) if pairs else None
         self.algorithm.pairless.observe(targets, self.num_generations)
 
@@ -455,8 +455,8 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         return loss
 
     def _observe_losses(self, loss: Tensor, accumulation: int, pref_loss: float) -> None:
-        """The official lambda rule, once per generation batch (REFERENCE.md 2): L_GRPO is the
-        first micro-batch's loss as TRL's _compute_loss returns it, times the accumulation steps
+        """The official lambda rule, once per generation batch (docs/algorithms.md §2): L_GRPO is
+        the first micro-batch's loss as TRL's _compute_loss returns it, times the accumulation steps
         it divided by, averaged over processes (so lambda stays the same everywhere)."""
         if self.lambda_reg.measure != "loss":
             return

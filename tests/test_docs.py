@@ -1,0 +1,400 @@
+"""The documentation in the repository holds together: every docstring citation of docs/ names
+a page and a heading that exist, none of the former spec files (outside the repository) is
+cited, every relative link in the Markdown points to a file (and heading) that exists, the
+README stays under 16,000 bytes, every ```python block of the README and the guides runs as
+written (offline: hub models replaced by the tiny-random stand-in) and every ```yaml block
+loads as a training config; scripts/convert_citations.py rewrites old citations canonically."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from groupwise.train.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE_DIRS = ("src", "tests", "bench", "scripts", "configs")
+SOURCE_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".toml"}
+# They are about citations: their examples are not citations.
+NOT_SCANNED = {"scripts/convert_citations.py", "tests/test_docs.py"}
+MARKDOWN = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    ROOT / "CHANGELOG.md",
+    ROOT / "bench" / "results" / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+]
+GUIDES_LINKED_FROM_README = ("verl.md", "distributed.md", "calibration.md")
+README_LIMIT = 16_000
+# Hub ids the snippets name -> the stand-in they run with here (offline, small).
+HUB_STANDINS = {"Qwen/Qwen2.5-1.5B-Instruct": "tiny-random"}
+
+# A line break inside a comment or docstring: the next line's indentation and comment marker.
+_BREAK = re.compile(r"[ \t]*\n[ \t]*(?:#[ \t]*)?")
+CITATION = re.compile(
+    r"(?<![\w/.-])docs/(?P<page>[\w./-]*?\.md)"
+    r"(?P<sections>(?:\s*§\d+(?:-\d+)?(?:\s*\([^()]*\))?(?:\s*,?\s*(?:and\s*)?(?=§))?)*)"
+    r'(?P<quotes>(?:,?\s*(?:and\s+)?"[^"\n]+")*)'
+)
+README_CITATION = re.compile(r'(?<![\w/.-])README,?\s+"(?P<heading>[^"\n]+)"')
+OLD_CITATION = re.compile(r"(?<![\w/.-])(?:REFERENCE|DESIGN)\.md\b")
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.M | re.S)
+
+
+def _flat(text: str) -> str:
+    return _BREAK.sub(" ", text)
+
+
+def source_files() -> list[Path]:
+    files = [ROOT / "pyproject.toml"]
+    for name in SOURCE_DIRS:
+        for path in sorted((ROOT / name).rglob("*")):
+            relative = path.relative_to(ROOT).as_posix()
+            if path.is_file() and path.suffix in SOURCE_SUFFIXES and relative not in NOT_SCANNED:
+                files.append(path)
+    return files
+
+
+def headings(page: Path) -> list[str]:
+    """The heading texts of a Markdown page, outside code blocks."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    return [m.group(1).strip() for m in re.finditer(r"^#{1,6}[ \t]+(.+)$", text, re.M)]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    kept = re.sub(r"[^\w\- ]", "", heading.lower())
+    return kept.replace(" ", "-")
+
+
+def citation_problems(text: str, where: str, readme: bool = True) -> list[str]:
+    """What does not resolve among the docs/ citations of `text` (and its README citations,
+    unless `readme` is False: the changelog quotes former ones)."""
+    problems = []
+    flat = _flat(text)
+    for match in CITATION.finditer(flat):
+        page = ROOT / "docs" / match.group("page")
+        cited = f"{where}: docs/{match.group('page')}"
+        if not page.is_file():
+            problems.append(f"{cited}: no such page")
+            continue
+        titles = headings(page)
+        for low, high in re.findall(r"§(\d+)(?:-(\d+))?", match.group("sections")):
+            for number in range(int(low), int(high or low) + 1):
+                if not any(t.startswith(f"{number}.") for t in titles):
+                    problems.append(f"{cited} §{number}: no heading starting '{number}.'")
+        for quoted in re.findall(r'"([^"\n]+)"', match.group("quotes")):
+            if " ".join(quoted.split()) not in titles:
+                problems.append(f'{cited}, "{quoted}": no such heading')
+    titles = headings(ROOT / "README.md")
+    for match in README_CITATION.finditer(flat) if readme else ():
+        if " ".join(match.group("heading").split()) not in titles:
+            problems.append(f'{where}: README, "{match.group("heading")}": no such heading')
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Citations
+
+
+def test_every_citation_names_an_existing_page_and_heading() -> None:
+    problems = []
+    for path in source_files() + MARKDOWN:
+        text, where = path.read_text(encoding="utf-8"), str(path.relative_to(ROOT))
+        problems += citation_problems(text, where, readme=path.suffix != ".md")
+    assert not problems, "citations that do not resolve:\n" + "\n".join(problems)
+
+
+def test_no_citation_of_the_former_spec_files_remains() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}"
+        for path in source_files()
+        for text in [path.read_text(encoding="utf-8")]
+        for m in OLD_CITATION.finditer(text)
+    ]
+    assert not found, (
+        "REFERENCE.md / DESIGN.md are not in the repository; cite docs/algorithms.md §N or "
+        'docs/design.md, "Heading" (python scripts/convert_citations.py):\n' + "\n".join(found)
+    )
+
+
+def test_the_citation_checker_catches_what_does_not_resolve() -> None:
+    good = '"""See docs/algorithms.md §1-3, docs/algorithms.md, "Analyses of AMIR-GRPO".'
+    assert citation_problems(good, "x") == []
+    wrapped = '# docs/algorithms.md §3, "AMIR-GRPO + LENS\n    # together": the sum'
+    assert citation_problems(wrapped, "x") == []
+    assert citation_problems("docs/algorithms.md §1 (loss) and §9", "x") == [
+        "x: docs/algorithms.md §9: no heading starting '9.'"
+    ]
+    assert citation_problems('docs/design.md, "No such section"', "x") == [
+        'x: docs/design.md, "No such section": no such heading'
+    ]
+    assert citation_problems("docs/nowhere.md §1", "x") == ["x: docs/nowhere.md: no such page"]
+    assert citation_problems('(README, "No such part")', "x") == [
+        'x: README, "No such part": no such heading'
+    ]
+
+
+def test_algorithms_and_design_keep_the_sections_the_citations_use() -> None:
+    algorithms = headings(ROOT / "docs" / "algorithms.md")
+    for title in (
+        "1. GRPO",
+        "2. AMIR-GRPO",
+        "Rewards of AMIR-GRPO",
+        "Evaluation of AMIR-GRPO",
+        "Analyses of AMIR-GRPO",
+        "3. LENS",
+        "AMIR-GRPO + LENS together",
+        "4. Pass@k",
+        "5. Results to compare against",
+        "6. Calibration",
+    ):
+        assert title in algorithms, f"docs/algorithms.md lost the heading {title!r}"
+    design = headings(ROOT / "docs" / "design.md")
+    for title in (
+        "The data's way through the system",
+        "One algorithm core, several engines",
+        "Layout (the rooms)",
+        "Choices already made",
+        "Add an advantage estimator",
+        "Add a reward component",
+        "Add a benchmark",
+        "Add an engine",
+    ):
+        assert title in design, f"docs/design.md lost the heading {title!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Links and the README
+
+
+def test_every_relative_link_points_to_an_existing_file_and_heading() -> None:
+    problems = []
+    for page in MARKDOWN:
+        text = FENCE.sub("", page.read_text(encoding="utf-8"))
+        for match in LINK.finditer(text):
+            target = match.group("target")
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            path_part, _, anchor = target.partition("#")
+            resolved = (page.parent / path_part).resolve() if path_part else page
+            where = f"{page.relative_to(ROOT)}: {target}"
+            if not resolved.exists():
+                problems.append(f"{where}: no such file")
+            elif (
+                anchor
+                and resolved.suffix == ".md"
+                and anchor not in {slug(h) for h in headings(resolved)}
+            ):
+                problems.append(f"{where}: no heading with anchor #{anchor}")
+    assert not problems, "broken links:\n" + "\n".join(problems)
+
+
+def test_the_readme_links_the_guides_of_the_engines_being_added() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in GUIDES_LINKED_FROM_README:
+        assert f"(docs/guides/{name})" in readme
+        assert (ROOT / "docs" / "guides" / name).is_file()
+
+
+def test_readme_is_under_16000_bytes() -> None:
+    size = len((ROOT / "README.md").read_bytes())
+    assert size < README_LIMIT, f"README.md is {size} bytes; move details into docs/"
+
+
+def test_every_result_file_is_listed_in_the_results_index() -> None:
+    results = ROOT / "bench" / "results"
+    index = (results / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`([^`\s]+)`", index))
+    missing = []
+    for path in sorted(results.rglob("*")):
+        if not path.is_file() or path == results / "README.md":
+            continue
+        relative = path.relative_to(results).as_posix()
+        folder = path.parent.relative_to(results).as_posix() + "/"
+        if relative not in listed and folder not in listed:
+            missing.append(relative)
+    assert not missing, "bench/results/README.md does not list: " + ", ".join(missing)
+
+
+# ---------------------------------------------------------------------------------------------
+# The code blocks run as written
+
+
+def blocks(lang: str) -> list[tuple[str, str]]:
+    """(where, code) of every distinct ```lang block of the README and the guides."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
+    seen: dict[str, str] = {}
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for match in FENCE.finditer(text):
+            if match.group("lang") == lang:
+                line = text[: match.start()].count("\n") + 1
+                seen.setdefault(match.group("body"), f"{page.relative_to(ROOT)}:{line}")
+    return [(where, code) for code, where in seen.items()]
+
+
+def _marks(code: str) -> list[pytest.MarkDecorator]:
+    return [pytest.mark.slow] if ".train()" in code else []  # a training run: over 10 s
+
+
+PYTHON_BLOCKS = [pytest.param(c, id=w, marks=_marks(c)) for w, c in blocks("python")]
+
+
+@pytest.fixture(scope="module")
+def standin_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each stand-in alias saved as a model folder, which TRL loads like a hub id."""
+    from groupwise.models import load_model
+
+    folders = {}
+    for alias in set(HUB_STANDINS.values()):
+        folder = tmp_path_factory.mktemp(alias)
+        model, tokenizer = load_model(alias)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[alias] = folder
+    return folders
+
+
+def test_the_readme_and_the_guides_have_python_blocks() -> None:
+    assert len(PYTHON_BLOCKS) >= 3
+
+
+@pytest.mark.parametrize("code", PYTHON_BLOCKS)
+def test_python_block_runs_as_written(
+    code: str, standin_folders: dict[str, Path], data_dir: Path, tmp_path: Path
+) -> None:
+    """In a fresh folder beside ../shared/data, the benchmark data found through GROUPWISE_DATA
+    (conftest), the hub offline; only the hub ids of HUB_STANDINS are replaced."""
+    for hub_id, alias in HUB_STANDINS.items():
+        code = code.replace(repr(hub_id), repr(str(standin_folders[alias])))
+        code = code.replace(f'"{hub_id}"', repr(str(standin_folders[alias])))
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "data").symlink_to(data_dir)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "snippet.py").write_text(code, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "snippet.py"], cwd=work, capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, (
+        f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    )
+
+
+@pytest.mark.parametrize("config", [pytest.param(c, id=w) for w, c in blocks("yaml")])
+def test_yaml_block_loads_as_a_training_config(config: str, tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config, encoding="utf-8")
+    load_config(path)  # raises ConfigError naming the key
+
+
+# ---------------------------------------------------------------------------------------------
+# scripts/convert_citations.py
+
+
+def converter() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "convert_citations", ROOT / "scripts" / "convert_citations.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CONVERSIONS = [
+    ("(REFERENCE.md 2)", "(docs/algorithms.md §2)"),
+    ("REFERENCE.md section 3.", "docs/algorithms.md §3."),
+    ("(REFERENCE.md s. 1)", "(docs/algorithms.md §1)"),
+    ("(REFERENCE.md 1-3)", "(docs/algorithms.md §1-3)"),
+    ("(REFERENCE.md sections 1-3)", "(docs/algorithms.md §1-3)"),
+    ("(REFERENCE.md sections 1 and 3)", "(docs/algorithms.md §1 and §3)"),
+    ("(REFERENCE.md 1, 3)", "(docs/algorithms.md §1 and §3)"),
+    (
+        "REFERENCE.md 1 (loss, KL) and 2 (the term)",
+        "docs/algorithms.md §1 (loss, KL) and §2 (the term)",
+    ),
+    ("REFERENCE.md 2.5 is", "docs/algorithms.md 2.5 is"),
+    ('REFERENCE.md, "Analyses of AMIR-GRPO";', 'docs/algorithms.md, "Analyses of AMIR-GRPO";'),
+    ('REFERENCE.md "Evaluation of AMIR-GRPO":', 'docs/algorithms.md, "Evaluation of AMIR-GRPO":'),
+    (
+        'REFERENCE.md 2, "correctness";',
+        'docs/algorithms.md §2, "Rewards of AMIR-GRPO", correctness;',
+    ),
+    ('REFERENCE.md 3 and "together"', 'docs/algorithms.md §3 and "AMIR-GRPO + LENS together"'),
+    ('REFERENCE.md 2, "a quote"', 'docs/algorithms.md §2, "a quote"'),
+    ("see REFERENCE.md).", "see docs/algorithms.md)."),
+    (
+        '(DESIGN.md, "One algorithm core, several engines")',
+        '(docs/design.md, "One algorithm core, several engines")',
+    ),
+    ("(DESIGN.md)", "(docs/design.md)"),
+    ('(README, "A run folder", lists)', '(docs/guides/train.md, "A run folder", lists)'),
+    (
+        'README, "Install into your training environment"',
+        'README, "Install into your training environment"',
+    ),
+    ("../shared/REFERENCE.md", "../shared/REFERENCE.md"),
+    (
+        '# (REFERENCE.md, "Analyses of\n# AMIR-GRPO")',
+        '# (docs/algorithms.md, "Analyses of\n# AMIR-GRPO")',
+    ),
+    ("# (REFERENCE.md\n#   1-3)", "# (docs/algorithms.md\n#   §1-3)"),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), CONVERSIONS)
+def test_converter_writes_the_canonical_form_and_is_idempotent(old: str, new: str) -> None:
+    convert = converter().convert
+    assert convert(old) == new
+    assert convert(new) == new
+
+
+def _line(head: str, tail: str, width: int = 98) -> str:
+    """head + filler words + tail, `width` characters long."""
+    filler = "x" * (width - len(head) - len(tail) - 2)
+    return f"{head} {filler} {tail}"
+
+
+def test_converter_reflows_comment_and_docstring_lines_it_lengthens(tmp_path: Path) -> None:
+    source = "\n".join(
+        [
+            "def f() -> int:",
+            _line('    """Summary', "(REFERENCE.md 1-3)."),
+            "",
+            _line("    A paragraph", "(REFERENCE.md 2) and"),
+            "    its next line.",
+            '    """',
+            _line("    # a comment", "that cites REFERENCE.md 3"),
+            "    return 1",
+            "",
+        ]
+    )
+    path = tmp_path / "module.py"
+    path.write_text(source, encoding="utf-8")
+    new, too_long = converter().convert_file(path)
+    assert too_long == []
+    assert max(len(line) for line in new.split("\n")) <= 100
+    words = [w for w in new.split() if w != "#"]  # the same words, reflowed
+    assert words == [w for w in converter().convert(source).split() if w != "#"]
+    compile(new, "module.py", "exec")
+    lines = new.split("\n")
+    assert lines[2] == "    (docs/algorithms.md §1-3)."  # a page and its section kept together
+    assert lines[5] == "    (docs/algorithms.md §2) and its next line."  # into the next line
+    assert lines[8] == "    # docs/algorithms.md §3"  # a new line after the comment's last
+
+
+def test_converter_lists_code_lines_it_cannot_shorten(tmp_path: Path) -> None:
+    line = _line('    x = option(1, "An option', 'REFERENCE.md 2.")')
+    path = tmp_path / "module.py"
+    path.write_text(line + "\n", encoding="utf-8")
+    new, too_long = converter().convert_file(path)
+    assert 'docs/algorithms.md §2.")' in new
+    assert too_long == [1]
