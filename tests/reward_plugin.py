@@ -1,4 +1,5 @@
-"""Reward components for trainer tests, loaded through the `reward.plugins` config option.
+"""Reward components (and an advantage estimator) for trainer tests, loaded through the
+`reward.plugins` config option.
 
 A random model never answers correctly, so these give rewards that vary with the text itself:
 deterministic, different across completions, and with gaps larger than AMIR's margin of 2.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import zlib
 
+from groupwise.algorithms import Advantages, AdvantageSettings, GroupRewards
+from groupwise.algorithms import register_advantage_estimator as register_estimator
 from groupwise.rewards import Verdict, register_component
 
 
@@ -21,3 +24,11 @@ def text_hash(completion: str, verdict: Verdict) -> float:
 def nan_for_tests(completion: str, verdict: Verdict) -> float:
     """A broken plugin: NaN for every completion (groupwise train must name it, not crash)."""
     return float("nan")
+
+
+@register_estimator("plugin_centered")
+def plugin_centered(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
+    """A plugin's estimator: rewards minus their group mean (Dr.GRPO without the std)."""
+    grouped = batch.rewards.reshape(-1, batch.group_size)
+    advantages = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+    return Advantages(advantages, batch.rewards)

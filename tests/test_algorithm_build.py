@@ -165,3 +165,12 @@ def test_every_option_of_the_train_config_has_a_doc_and_a_range_or_a_type() -> N
             if spec.metadata.get("check") is not None and not spec.metadata.get("valid"):
                 missing.append(f"{key}: a range without words")
     assert not missing, "; ".join(missing)
+
+
+def test_a_plugin_can_register_the_estimator_the_config_names() -> None:
+    config = load_config(
+        None, ["reward.plugins=[reward_plugin]", "algorithm.advantage=plugin_centered"]
+    )
+    algorithm = config.algorithm.build(BINARY, 2)
+    rewards = GroupRewards(torch.tensor([1.0, 0.0, 3.0, 1.0]), torch.zeros(4, dtype=bool), 2)
+    assert algorithm.targets(rewards).advantages.tolist() == [0.5, -0.5, 1.0, -1.0]

@@ -466,7 +466,8 @@ class Config:
         """Every value in its declared range (`option`) and the cross-field rules that one
         option alone cannot express, before any model or data is loaded; errors name the key
         and the valid range or choices. Imports reward.plugins first: they may register the
-        reward components and benchmarks the config names."""
+        reward components, benchmarks and advantage estimators the config names."""
+        _import_plugins(self.reward.plugins)
         _check_numbers(self)
         _check_combinations(self)
         _check_device(self.model.device)
@@ -477,7 +478,6 @@ class Config:
                 f"data.prompt: invalid value {self.data.prompt!r}; valid choices: "
                 + ", ".join(TEMPLATES)
             )
-        _import_plugins(self.reward.plugins)
         _check_rewards(self)
         build_algorithm(self)
         _check_data(self.data)
