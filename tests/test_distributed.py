@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from groupwise.records import iter_jsonl
-from groupwise.train.config import load_config
+from groupwise.train.config import ConfigError, load_config
 from groupwise.train.distributed import Distributed
 
 
@@ -173,16 +173,16 @@ def test_question_shard_gives_each_process_its_questions_of_each_minibatch() -> 
 
 
 def test_questions_per_step_must_split_over_the_processes(tmp_path: Path, monkeypatch) -> None:
-    from groupwise.train import trainer as trainer_module
-
-    class TwoProcesses(Distributed):
-        def __init__(self) -> None:
-            super().__init__()
-            self.world_size = 2
-
-    monkeypatch.setattr(trainer_module, "Distributed", TwoProcesses)
-    config = load_config(
-        None, ["rollout.questions_per_step=3", f"train.output_dir={tmp_path}", "model.name=x"]
-    )
-    with pytest.raises(ValueError, match=r"questions_per_step=3 must be divisible by .* \(2\)"):
-        trainer_module.Trainer(config)
+    """Checked when the config loads, from the launcher's WORLD_SIZE: before any model loads."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    overrides = ["rollout.questions_per_step=3", f"train.output_dir={tmp_path}", "model.name=x"]
+    with pytest.raises(
+        ConfigError, match=r"questions_per_step=3 must be a multiple of .* processes \(2\)"
+    ):
+        load_config(None, overrides)
+    with pytest.raises(ConfigError, match=r"processes \(2\) x algorithm.minibatches \(2\)"):
+        load_config(
+            None, [*overrides[1:], "rollout.questions_per_step=6", "algorithm.minibatches=2"]
+        )
+    fits = load_config(None, [*overrides[1:], "rollout.questions_per_step=4"])
+    assert fits.rollout.questions_per_step == 4

@@ -101,7 +101,7 @@ def test_config_checks_name_the_key(tmp_path: Path) -> None:
         load_config(None, [*base, "data.heldout={benchmark: arith, level: mid}"])
     with pytest.raises(ConfigError, match="data.heldout.split: benchmark 'arith' has no split"):
         load_config(None, [*base, "data.heldout={benchmark: arith, split: dev}"])
-    with pytest.raises(ConfigError, match="train.eval_samples >= 1"):
+    with pytest.raises(ConfigError, match="train.eval_samples must be >= 1, got 0"):
         load_config(None, [*base, "train.eval_samples=0"])
     # no evaluation needs no held-out problems
     assert load_config(None, [*base, "train.eval_every=0", "data.heldout={}"]).data.heldout == {}

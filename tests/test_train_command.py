@@ -282,13 +282,15 @@ def test_a_diverged_policy_stops_before_any_step_on_it(tmp_path: Path, capsys) -
 
 
 def test_a_non_finite_loss_is_caught_before_backward(tmp_path: Path, monkeypatch) -> None:
-    real = trainer_module.loss_terms
+    from groupwise.train import learner
+
+    real = learner.loss_terms
 
     def nan_loss(*args, **kwargs):
         terms = real(*args, **kwargs)
         return dataclasses.replace(terms, policy=terms.policy * float("nan"))
 
-    monkeypatch.setattr(trainer_module, "loss_terms", nan_loss)
+    monkeypatch.setattr(learner, "loss_terms", nan_loss)
     config = load_config(None, tiny_run(tmp_path / "run")[1:])
     trainer = trainer_module.Trainer(config)
     before = [p.detach().clone() for p in trainer.params]

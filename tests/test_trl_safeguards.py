@@ -21,8 +21,8 @@ import torch
 import trl_support as fx  # imports TRL: a CI dependency, so these tests never skip
 from trl import GRPOTrainer
 
-import groupwise.integrations.trl.trainer as adapter
 from groupwise.algorithms import AlgorithmOptions
+from groupwise.algorithms import options as built_algorithm  # Algorithm.targets calls it
 from groupwise.algorithms.options import option_fields
 from groupwise.integrations.trl import GroupwiseGRPOConfig, reward_functions
 from groupwise.integrations.trl.config import TRL_NAMES
@@ -114,9 +114,9 @@ def test_placeholder_sampling_logprobs_are_not_the_old_policy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: dict
 ) -> None:
     used = []
-    core = adapter.group_targets
+    core = built_algorithm.group_targets
     monkeypatch.setattr(
-        adapter,
+        built_algorithm,
         "group_targets",
         lambda rewards, *a, **k: used.append(rewards.mean_logp_old) or core(rewards, *a, **k),
     )

@@ -685,12 +685,7 @@ def _check_data(d: DataConfig) -> None:
 
 def _check_heldout(c: Config) -> None:
     """train.eval_every, train.eval_samples and data.heldout (groupwise.train.heldout)."""
-    t = c.train
-    if t.eval_every < 0 or t.eval_samples < 1:
-        raise ConfigError(
-            "train.eval_every must be >= 0 (0: no held-out evaluation) and train.eval_samples "
-            f">= 1, got {t.eval_every} and {t.eval_samples}"
-        )
+    t = c.train  # their ranges were checked with every option's (_check_numbers)
     if not c.data.heldout:
         if t.eval_every:
             raise ConfigError(
