@@ -30,13 +30,16 @@ _LETTERS = "ABCDEFGHIJ"
 class Template:
     """system: the system prompt, or None. instruction: appended to the user message after the
     question (and options). choice_instruction: appended for multiple-choice problems instead.
-    chat: False means the prompt is the user text itself, never wrapped in a chat template."""
+    chat: False means the prompt is the user text itself, never wrapped in a chat template.
+    asks_confidence: the prompt asks for a verbalized `<confidence>`, so evaluations report its
+    calibration (docs/guides/calibration.md)."""
 
     name: str
     system: str | None
     instruction: str | None
     choice_instruction: str | None
     chat: bool = True
+    asks_confidence: bool = False
 
 
 AMIR_SYSTEM_PROMPT = (
@@ -66,6 +69,7 @@ TEMPLATES: dict[str, Template] = {
         AMIR_SYSTEM_PROMPT,
         None,
         "Answer with the letter of the correct option.",
+        asks_confidence=True,
     ),
     "boxed": Template("boxed", None, _BOXED_INSTRUCTION, _BOXED_CHOICE),
     "gsm8k": Template(
