@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from groupwise.calibration import calibration_table
+from groupwise.cli import main as cli
 from groupwise.data import Problem
 from groupwise.evaluation import EvalConfig, evaluate
 from groupwise.evaluation.calibration import asks_confidence, sample_arrays
@@ -25,16 +26,20 @@ CORRECT = [0, 1, 2, 4]  # correct samples of problem i; a problem with c < N: on
 PROBLEMS = [Problem(id=f"toy-{i}", question=f"q{i}", answer="7") for i in range(len(CORRECT))]
 
 
-def completion(c: int, j: int) -> str:
-    """Correct ones say 0.9, wrong ones 0.6, the unanswered last one states no confidence."""
+def completion(c: int, j: int, wrong: str = "60%") -> str:
+    """Correct ones say 0.9, wrong ones `wrong` (0.6), the unanswered last one states no
+    confidence."""
     if j < c:
         return "<answer> \\boxed{7} </answer> <confidence> 0.9 </confidence>"
     if j == N - 1:
         return "no idea"
-    return "<answer> \\boxed{8} </answer> <confidence>60%</confidence>"
+    return f"<answer> \\boxed{{8}} </answer> <confidence>{wrong}</confidence>"
 
 
 class AmirGenerator:
+    def __init__(self, wrong: str = "60%") -> None:
+        self.wrong = wrong
+
     def generate(
         self,
         prompts: Sequence[str],
@@ -42,7 +47,7 @@ class AmirGenerator:
         sampling: SamplingParams,
         prompt_seeds: Sequence[int] | None = None,
     ) -> Rollouts:
-        texts = [completion(CORRECT[int(p[1:])], j) for p in prompts for j in range(n)]
+        texts = [completion(CORRECT[int(p[1:])], j, self.wrong) for p in prompts for j in range(n)]
         rows = len(texts)
         return Rollouts(
             prompt_ids=torch.ones(len(prompts), 2, dtype=torch.long),
@@ -66,14 +71,14 @@ def check(texts: list[str], golds: list[str]) -> list[Verdict]:
     ]
 
 
-def run(folder: Path, problems: list[Problem], prompt: str = "amir") -> dict:
+def run(folder: Path, problems: list[Problem], prompt: str = "amir", wrong: str = "60%") -> dict:
     config = EvalConfig(
         model="fake", benchmarks=("toy",), n=N, ks=(1, 2), batch_size=N, prompt=prompt
     )
     return evaluate(
         config,
         {"toy": problems},
-        AmirGenerator(),
+        AmirGenerator(wrong),
         folder,
         prompt_fn=lambda p: p.question,
         check_fn=check,
@@ -137,3 +142,21 @@ def test_no_calibration_without_a_confidence_prompt(tmp_path: Path) -> None:
     assert "calibration" not in results["toy"]
     assert not (tmp_path / "calibration.png").exists()
     assert "Calibration" not in (tmp_path / "results.md").read_text()
+
+
+def test_report_compares_calibration_with_paired_intervals(tmp_path: Path) -> None:
+    run(tmp_path / "a", PROBLEMS)
+    run(tmp_path / "b", PROBLEMS, wrong="0.3")  # the wrong answers now say 0.3, not 0.6
+    page = tmp_path / "page.md"
+    assert cli(["report", f"A={tmp_path / 'a'}", f"B={tmp_path / 'b'}", "--output", str(page)]) == 0
+    text = page.read_text()
+    assert "## Calibration" in text and "| toy | A/a | 81.2 [" in text
+    # Brier (7 * 0.01 + 6 * 0.09) / 13 - (7 * 0.01 + 6 * 0.36) / 13 = -1.62 / 13 = -0.125; the
+    # coverage and AUROC are the same in every resample: +0 with a [+0, +0] interval
+    row = next(line for line in text.splitlines() if line.startswith("| toy | B/b - A/a |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "4"
+    assert cells[3] == "+0.0 [+0.0, +0.0]" and cells[7] == "+0.000 [+0.000, +0.000]"
+    assert cells[4].startswith(f"{-1.62 / 13:+.3f} [")
+    low, high = (float(x) for x in cells[4].split("[")[1].rstrip("]").split(","))
+    assert low <= -1.62 / 13 <= high < 0
