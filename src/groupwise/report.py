@@ -306,10 +306,10 @@ def calibration_blocks(
         ("h", 2, "Calibration"),
         (
             "p",
-            "Stated confidences of the evaluations whose prompt asks for one (docs/algorithms.md "
-            "§6): completions without a parsable confidence are counted (coverage, missing) and "
-            "left out of the other figures, never read as 0.5; ECE with M = 10 bins; 95 % "
-            "bootstrap intervals over problems.",
+            "Stated confidences of the evaluations whose prompt asks for one "
+            "(docs/algorithms.md §6): completions without a parsable confidence are counted "
+            "(coverage, missing) and left out of the other figures, never read as 0.5; ECE "
+            "with M = 10 bins; 95 % bootstrap intervals over problems.",
         ),
         ("table", ["benchmark", "evaluation", *CALIBRATION_HEADER], rows),
     ]
