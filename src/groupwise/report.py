@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -395,6 +397,78 @@ def _last(rows: Sequence[Mapping[str, Any]], key: str) -> str:
     return "-"
 
 
+# Settings that a results.json written before they existed lacks, with the value it had then
+_FORMER_DEFAULTS = {"stop": []}
+
+
+def settings_mismatches(evals: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per setting of PASS_AT_K_SETTINGS (groupwise.evaluation.provenance) in which
+    the evaluations' results.json configs differ, naming each evaluation's value; evaluations
+    whose config lacks a setting are left out of that setting's comparison."""
+    from groupwise.evaluation.provenance import PASS_AT_K_SETTINGS
+
+    lines = []
+    for key in PASS_AT_K_SETTINGS:
+        values = {}
+        for label, results in evals.items():
+            config = results.get("config")
+            if not isinstance(config, dict):
+                continue
+            if key in config:
+                values[label] = config[key]
+            elif key in _FORMER_DEFAULTS and "temperature" in config:
+                values[label] = _FORMER_DEFAULTS[key]
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            lines.append(f"{key}: " + ", ".join(f"{label} {v!r}" for label, v in values.items()))
+    return lines
+
+
+def settings_rows(evals: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """Rows of SETTINGS_HEADER: what produced each evaluation (its config and provenance)."""
+    rows = []
+    for label, results in evals.items():
+        config = results.get("config") if isinstance(results.get("config"), dict) else {}
+        record = config.get("provenance") or {}
+        adapter = record.get("adapter") or {}
+        versions = record.get("versions") or {}
+        model = record.get("model") or {}
+        digest = model.get("sha256") or model.get("revision")
+        rows.append(
+            [
+                label,
+                str(config.get("model", "-")) + (f" ({digest[:12]})" if digest else ""),
+                (
+                    f"step {adapter.get('step')}, {adapter.get('chosen')} "
+                    f"({str(adapter.get('sha256', ''))[:12]})"
+                    if adapter
+                    else ("-" if not config.get("adapter") else str(config["adapter"]))
+                ),
+                str(config.get("engine", "-")),
+                ", ".join(
+                    f"{key} {config[key]}"
+                    for key in ("n", "temperature", "top_p", "max_new_tokens", "prompt")
+                    if key in config
+                ),
+                str(config.get("checking", "-")),
+                str(config.get("seed", "-")),
+                ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "python") or "-",
+            ]
+        )
+    return rows
+
+
+SETTINGS_HEADER = [
+    "evaluation",
+    "model",
+    "adapter",
+    "engine",
+    "sampling",
+    "checking",
+    "seed",
+    "versions",
+]
+
+
 def _eval_label(records: Sequence[RunRecord], record: RunRecord, label: str) -> str:
     """An evaluation's name on the page: RUN/LABEL, or LABEL alone for one run with one."""
     return f"{record.name}/{label}" if len(records) > 1 or len(record.evals) > 1 else label
@@ -447,6 +521,19 @@ def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Blo
     }
     if evals:
         blocks += [
+            ("h", 2, "Evaluation settings"),
+            ("table", SETTINGS_HEADER, settings_rows(evals)),
+        ]
+        mismatches = settings_mismatches(evals)
+        if mismatches:
+            blocks.append(
+                (
+                    "p",
+                    "Warning: these evaluations differ in settings that change pass@k, so their "
+                    "numbers do not measure the same thing: " + "; ".join(mismatches) + ".",
+                )
+            )
+        blocks += [
             ("h", 2, "Evaluation"),
             (
                 "p",
@@ -483,6 +570,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the page: .md (Markdown) or .html; figures go next to it",
     )
     parser.add_argument("--title", default="groupwise report", help="page title")
+    parser.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="compare evaluations even when they differ in a setting that changes pass@k "
+        "(temperature, top-p, max new tokens, prompt, checking, stop strings, limit); the "
+        "page then says which",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -492,6 +586,20 @@ def run(args: argparse.Namespace) -> int:
     if page.suffix.lower() not in (".md", ".html", ".htm"):
         raise SystemExit(f"--output {page}: use a .md or .html file name")
     records = [load_record(name, path) for name, path in parse_run_specs(args.runs).items()]
+    evals = {
+        _eval_label(records, r, label): results
+        for r in records
+        for label, results in r.evals.items()
+    }
+    mismatches = settings_mismatches(evals)
+    if mismatches and not args.allow_mismatch:
+        print(
+            "groupwise report: the evaluations differ in settings that change pass@k ("
+            + "; ".join(mismatches)
+            + "); compare evaluations made alike, or pass --allow-mismatch",
+            file=sys.stderr,
+        )
+        return 2
     page.parent.mkdir(parents=True, exist_ok=True)
     blocks = build_page(records, page, args.title)
     text = (

@@ -22,6 +22,7 @@ from groupwise.evaluation.calibration import (
     plot_reliability,
 )
 from groupwise.evaluation.config import MEAN_LOGP_NOTES, EvalConfig
+from groupwise.evaluation.provenance import provenance
 from groupwise.records import RESULTS_FILE, Sample, write_json
 
 HARD_LEVELS = (4, 5)
@@ -55,7 +56,9 @@ def results_table(
     """{benchmark: {"n", "problems", "pass@k", "pass@k_ci", ..., "timeouts", "no_answer",
     "errors", "truncated", "mean_tokens"[, "levels"][, "calibration"]}, "config": {...}} from
     each problem's n samples; "calibration" (also in each level) when the prompt asks for a
-    confidence (groupwise.evaluation.calibration.calibration_entry).
+    confidence (groupwise.evaluation.calibration.calibration_entry). "config" holds the settings
+    and "provenance" (groupwise.evaluation.provenance: versions, engine, model and adapter
+    hashes, checkpoint step, sampling settings, seed).
 
     pass@k and its interval come from metrics.pass_at_k_table (docs/algorithms.md §4); the
     counts are over samples. levels[benchmark], when given, holds each problem's difficulty
@@ -83,7 +86,11 @@ def results_table(
             results[bench]["levels"] = _level_tables(config, counts, bench_levels)
     if asks_confidence(config.prompt):
         add_calibration(results, groups, levels, config.seed)
-    results["config"] = {**config.to_dict(), "note": MEAN_LOGP_NOTES[config.engine]}
+    results["config"] = {
+        **config.to_dict(),
+        "note": MEAN_LOGP_NOTES[config.engine],
+        "provenance": provenance(config),
+    }
     return results
 
 
