@@ -110,7 +110,7 @@ def _moving_average(values: np.ndarray, window: int) -> np.ndarray:
 def plot_curves(records: Sequence[RunRecord], path: Path) -> Path | None:
     """One panel per logged metric, one line per run (raw faint, moving average solid when a
     run has more than 50 steps). None when no run logged any metric."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+    from groupwise.figures import new_figure, save_figure, series_colors
 
     panels = [(k, t) for k, t in CURVES if any(k in row for r in records for row in r.metrics)]
     if not panels:
@@ -182,7 +182,7 @@ def eval_tables(
 
 def plot_pass1(evals: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
     """Grouped bars of pass@1 (percent, with its interval) per benchmark and evaluation."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+    from groupwise.figures import new_figure, save_figure, series_colors
 
     labels = list(evals)
     benches = list(dict.fromkeys(b for r in evals.values() for b in _benchmarks(r)))

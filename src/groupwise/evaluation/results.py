@@ -167,7 +167,7 @@ def results_markdown(results: Mapping[str, Any]) -> str:
 
 def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> None:
     """pass@k bars (percent, with interval) per entry, one bar per k, on axes `ax`."""
-    from groupwise.analysis.figures import series_colors
+    from groupwise.figures import series_colors
 
     labels = list(entries)
     width = 0.8 / len(ks)
@@ -195,7 +195,7 @@ def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequenc
 def plot_results(results: Mapping[str, Any], path: Path) -> Path:
     """Grouped bars of pass@k per benchmark, then one panel per leveled benchmark: pass@k per
     MATH difficulty level and for Levels 4-5."""
-    from groupwise.analysis.figures import new_figure, save_figure
+    from groupwise.figures import new_figure, save_figure
 
     benches = _benchmarks(results)
     leveled = [b for b in benches if "levels" in results[b]]
