@@ -173,7 +173,7 @@ def plot_reliability(results: Mapping[str, Any], path: Path) -> Path | None:
     each non-empty bin, equal-width bins (markers sized by their completions) and equal-mass
     bins (dashed), the diagonal of perfect calibration, and the panel's coverage, ECEs and
     Brier score in its title. None (nothing written) when no benchmark has calibration."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+    from groupwise.figures import new_figure, save_figure, series_colors
 
     benches = [b for b, v in results.items() if isinstance(v, dict) and "calibration" in v]
     if not benches:

@@ -154,21 +154,7 @@ class HeldoutEvaluation:
         from groupwise.metrics import pass_at_k_table
 
         started = time.perf_counter()
-        mine = list(range(self.dist.rank, len(self.problems), self.dist.world_size))
-        counts: list[tuple[int, int]] = []
-        stated: list[tuple[int, list[float | None], list[int]]] = []
-        if mine:
-            rollouts = self.generator.generate(
-                [self.prompts[i] for i in mine],
-                self.n,
-                self.sampling,
-                prompt_seeds=[self.seeds[i] for i in mine],
-            )
-            golds = [self.problems[i].answer for i in mine for _ in range(self.n)]
-            correct = self.rewards.score(rollouts.texts, golds).correct.view(-1, self.n)
-            counts = list(zip(mine, correct.sum(dim=1).tolist(), strict=True))
-            if self.asks_confidence:
-                stated = _stated_confidences(mine, rollouts.texts, correct.tolist(), self.n)
+        counts, stated = self._sample_mine()
         correct_per_problem = [0] * len(self.problems)
         for part in self.dist.gather(counts):
             for index, count in part:
@@ -203,6 +189,28 @@ class HeldoutEvaluation:
             "heldout_samples": self.n,
             "seconds_heldout": time.perf_counter() - started,
         }
+
+    def _sample_mine(
+        self,
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, list[float | None], list[int]]]]:
+        """This process's share of the problems, sampled and checked: (problem index, correct
+        count) of each, and (index, stated confidences, correctness per sample) when the
+        prompt asks for a confidence."""
+        mine = list(range(self.dist.rank, len(self.problems), self.dist.world_size))
+        if not mine:
+            return [], []
+        rollouts = self.generator.generate(
+            [self.prompts[i] for i in mine],
+            self.n,
+            self.sampling,
+            prompt_seeds=[self.seeds[i] for i in mine],
+        )
+        golds = [self.problems[i].answer for i in mine for _ in range(self.n)]
+        correct = self.rewards.score(rollouts.texts, golds).correct.view(-1, self.n)
+        counts = list(zip(mine, correct.sum(dim=1).tolist(), strict=True))
+        if not self.asks_confidence:
+            return counts, []
+        return counts, _stated_confidences(mine, rollouts.texts, correct.tolist(), self.n)
 
     def _calibration(
         self, stated: Sequence[tuple[int, list[float | None], list[int]]]
