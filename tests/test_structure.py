@@ -138,7 +138,7 @@ def test_nothing_imports_cli_and_algorithms_import_only_themselves() -> None:
         assert not outside, f"{module} imports {sorted(outside)}"
 
 
-# The floors above the ground floor (docs/design.md "Layout"): engines and commands.
+# The floors above the ground floor (docs/design.md "Layout (the rooms)"): engines, commands.
 UPPER_FLOORS = (
     "groupwise.train",
     "groupwise.evaluation",
