@@ -75,6 +75,14 @@ def test_results_json_carries_provenance(tmp_path: Path) -> None:
     assert record["sampling"]["temperature"] == 0.6 and record["sampling"]["n"] == 4
     assert record["model"]["kind"] == "hub" and record["adapter"] is None
     assert set(record["versions"]) >= {"groupwise", "torch", "transformers", "vllm", "trl"}
+    # the session that sampled is recorded before it samples; a rerun with nothing left to
+    # sample adds none and keeps that session's record as the results' provenance
+    [session] = json.loads((tmp_path / "results.json").read_text())["config"]["sessions"]
+    assert session["problems_to_sample"] == 4 and session["started"].endswith("Z")
+    again = run(tmp_path, PROBLEMS)["config"]
+    assert len(again["sessions"]) == 1
+    assert len((tmp_path / "provenance.jsonl").read_text().splitlines()) == 1
+    assert {k: session[k] for k in record} == record
 
 
 def _results(folder: Path, **config: object) -> Path:

@@ -1,5 +1,6 @@
 """What produced an evaluation, recorded in its results.json (`results["config"]
-["provenance"]`; docs/guides/evaluate.md, "What produced the numbers"): the package versions,
+["provenance"]`, and every sampling session in `results["config"]["sessions"]` and
+provenance.jsonl; docs/guides/evaluate.md, "What produced the numbers"): the package versions,
 the engine, the model's and the adapter's identity (content hashes of local folders, the
 cached hub revision of a hub id), the training run, checkpoint step and how that checkpoint
 was chosen, the sampling settings and the seed.
@@ -13,11 +14,17 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from groupwise.evaluation.config import EvalConfig
+from groupwise.records import iter_jsonl
+
+SESSIONS_FILE = "provenance.jsonl"
+"""One line per session that sampled into an output folder: its provenance, when it started
+and how many problems it had to sample (a resumed folder lists each session)."""
 
 PACKAGES = ("groupwise", "torch", "transformers", "peft", "vllm", "trl", "numpy")
 """The packages whose versions a results.json records (None: not installed)."""
@@ -172,3 +179,26 @@ def provenance(config: EvalConfig) -> dict[str, Any]:
         "checking": config.checking,
         "seed": config.seed,
     }
+
+
+def record_session(config: EvalConfig, output_dir: Path, pending: int) -> dict[str, Any]:
+    """Append this sampling session's provenance to output_dir/provenance.jsonl (with its start
+    time, UTC, and the problems it has to sample) and return the provenance record."""
+    record = provenance(config)
+    line = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "problems_to_sample": pending,
+        **record,
+    }
+    with (output_dir / SESSIONS_FILE).open("a", encoding="utf-8") as sink:
+        sink.write(json.dumps(line) + "\n")
+    return record
+
+
+def read_sessions(output_dir: Path) -> list[dict[str, Any]]:
+    """The sessions of output_dir/provenance.jsonl, oldest first ([] when there is none; a
+    torn last line is skipped)."""
+    path = output_dir / SESSIONS_FILE
+    if not path.is_file():
+        return []
+    return [row for _, row in iter_jsonl(path, on_torn_tail=lambda line: None)]

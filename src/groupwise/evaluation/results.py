@@ -52,13 +52,15 @@ def results_table(
     config: EvalConfig,
     groups: Mapping[str, Sequence[Sequence[Sample]]],
     levels: Mapping[str, Sequence[int | None]] | None = None,
+    provenance_record: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """{benchmark: {"n", "problems", "pass@k", "pass@k_ci", ..., "timeouts", "no_answer",
     "errors", "truncated", "mean_tokens"[, "levels"][, "calibration"]}, "config": {...}} from
     each problem's n samples; "calibration" (also in each level) when the prompt asks for a
     confidence (groupwise.evaluation.calibration.calibration_entry). "config" holds the settings
     and "provenance" (groupwise.evaluation.provenance: versions, engine, model and adapter
-    hashes, checkpoint step, sampling settings, seed).
+    hashes, checkpoint step, sampling settings, seed): `provenance_record` when given (the
+    record of the session that sampled), else recorded now.
 
     pass@k and its interval come from metrics.pass_at_k_table (docs/algorithms.md §4); the
     counts are over samples. levels[benchmark], when given, holds each problem's difficulty
@@ -89,7 +91,7 @@ def results_table(
     results["config"] = {
         **config.to_dict(),
         "note": MEAN_LOGP_NOTES[config.engine],
-        "provenance": provenance(config),
+        "provenance": dict(provenance_record) if provenance_record else provenance(config),
     }
     return results
 
