@@ -119,3 +119,26 @@ def test_report_refuses_evaluations_that_measure_other_things(
         )
         == []
     )
+
+
+def test_a_folder_sampled_with_the_former_amir_wording_is_not_resumed_into_a_mix(
+    tmp_path: Path,
+) -> None:
+    """config.json written before prompt_digest: "amir" then meant the wording now named
+    amir_groupwise, so resuming it under today's amir (the official text) is refused by name;
+    another prompt, whose text did not change, resumes."""
+    from test_eval_calibration import PROBLEMS, run
+
+    from groupwise.evaluation import ResumeMismatch
+
+    for prompt, refused in (("amir", True), ("boxed", False)):
+        folder = tmp_path / prompt
+        run(folder, PROBLEMS[:1], prompt=prompt)
+        saved = json.loads((folder / "config.json").read_text())
+        del saved["prompt_digest"]
+        (folder / "config.json").write_text(json.dumps(saved))
+        if refused:
+            with pytest.raises(ResumeMismatch, match="prompt_digest: saved '"):
+                run(folder, PROBLEMS, prompt=prompt)
+        else:
+            assert run(folder, PROBLEMS, prompt=prompt)["toy"]["problems"] == 4

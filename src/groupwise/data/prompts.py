@@ -20,12 +20,22 @@ question, and the chat templates ask for the letter of the correct option.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from groupwise.data.benchmarks import Problem
 
-__all__ = ["TEMPLATES", "Template", "build_messages", "get_template", "render_prompt", "user_text"]
+__all__ = [
+    "TEMPLATES",
+    "Template",
+    "build_messages",
+    "get_template",
+    "render_prompt",
+    "template_digest",
+    "user_text",
+]
 
 _LETTERS = "ABCDEFGHIJ"
 
@@ -121,6 +131,14 @@ TEMPLATES: dict[str, Template] = {
     ),
     "plain": Template("plain", None, None, None, chat=False),
 }
+
+
+def template_digest(name: str) -> str:
+    """sha256 (hex) of what template `name` shows the model: its system prompt, instructions
+    and whether it is a chat; it changes when a template's text does, its name kept."""
+    spec = get_template(name)
+    text = json.dumps([spec.system, spec.instruction, spec.choice_instruction, spec.chat])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def get_template(name: str) -> Template:
