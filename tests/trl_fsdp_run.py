@@ -1,6 +1,7 @@
 """A few optimizer steps of GroupwiseGRPOTrainer (AMIR-GRPO + LENS) on trl_support's fixed batch,
-in one process or under `accelerate launch` (FSDP2, DeepSpeed ZeRO, on a CPU with gloo), for
-tests/test_trl_fsdp.py; see docs/guides/distributed.md.
+in one process or under `accelerate launch` (FSDP2, DeepSpeed ZeRO; on a CPU with gloo, on GPUs
+with NCCL), for tests/test_trl_fsdp.py and bench/gpu_check.sh's sharded stage; see
+docs/guides/distributed.md.
 
     python tests/trl_fsdp_run.py OUT full lora
     accelerate launch --config_file examples/accelerate/fsdp2.yaml --num_processes 2 \\
@@ -132,11 +133,11 @@ def run(out: Path, case: str, checkpoint: Path | None) -> None:
         amir_lambda_high=20.0,
         save_strategy="steps" if setting["save_at"] else "no",
         save_steps=setting["save_at"] or 500,
-        # DeepSpeed sets its process group up itself (gloo, from ddp_backend); with use_cpu
-        # accelerate would leave it out (plain MULTI_CPU). FSDP2 and one process take
-        # accelerate's CPU path (shard_on_cpu)
-        use_cpu=not deepspeed,
-        ddp_backend="gloo" if processes > 1 else None,
+        # On a CPU: DeepSpeed sets its process group up itself (gloo, from ddp_backend), and
+        # with use_cpu accelerate would leave it out (plain MULTI_CPU); FSDP2 and one process
+        # take accelerate's CPU path (shard_on_cpu). On GPUs: NCCL, as TRL sets it up.
+        use_cpu=not (deepspeed or torch.cuda.is_available()),
+        ddp_backend="gloo" if processes > 1 and not torch.cuda.is_available() else None,
     )
     model, tokenizer = fx.tiny_model()
     shards = Shards()
