@@ -13,8 +13,9 @@
 #   sharded     5. GroupwiseGRPOTrainer (AMIR-GRPO + LENS) under `accelerate launch` with the shipped
 #                  examples/accelerate/fsdp2.yaml and deepspeed_zero3.yaml, one process per GPU:
 #                  4 steps of tests/trl_fsdp_run.py (the tests' tiny Llama, fixed completions; full
-#                  fine-tuning and LoRA) against one plain process; the weights' largest difference, lambda, each process's share of the
-#                  parameters (limits 3 x 240 s; ZeRO-3 only where deepspeed imports).
+#                  fine-tuning and LoRA) against one plain process; the weights' largest
+#                  difference, lambda, each process's share of the parameters (limits 3 x 240 s;
+#                  ZeRO-3 only where deepspeed imports).
 # Writes a summary to $OUT/gpu_check.md (OUT defaults to runs/gpu_check/out) and prints it.
 #
 # It runs on the machine's own torch (a GPU image's CUDA build), transformers, peft and
