@@ -16,8 +16,8 @@ final weights (gathered from the shards), the logged metrics per step, and what 
 (processes, accelerate's distributed type, the share of the parameters each process held, the
 checkpoint's folders).
 
-On a CPU accelerate refuses FSDP: with `use_cpu` it keeps its MULTI_CPU (plain data parallel)
-type and drops the FSDP plugin; without `use_cpu` it finds no device to shard on. `shard_on_cpu`
+On a CPU accelerate does not shard: with `use_cpu` it keeps its MULTI_CPU (plain data parallel)
+type and drops the FSDP plugin; without `use_cpu` it sets up no process group. `shard_on_cpu`
 is the documented override (docs/guides/distributed.md, "FSDP2 on a CPU"): it keeps accelerate's
 own FSDP plugin, built from the shipped fsdp2.yaml, and sets the distributed type to FSDP, so that
 accelerate's fully_shard, sharded checkpoints and state-dict gathering run unchanged on gloo.
