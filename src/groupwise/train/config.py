@@ -418,7 +418,7 @@ class TrainConfig:
         doc="""Loggers that mirror every metrics.jsonl number at its step, rank 0 only: any of
         tensorboard, wandb, trackio, mlflow (the names of HF's Trainer and TRL's report_to);
         [] = none. Each package must be installed (pip install 'groupwise[report]').
-        docs/guides/train.md (Where the metrics go).""",
+        docs/guides/train.md, "Where the metrics go".""",
         valid="a list of: " + ", ".join(PACKAGES),
         check=lambda v: all(name in PACKAGES for name in v),
         factory=list,

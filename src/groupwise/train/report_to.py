@@ -4,7 +4,7 @@ The names are those HF's Trainer and TRL accept in `report_to`: tensorboard, wan
 mlflow. Each logger is one small class with the same two methods, `log(metrics, step)` and
 `close()`; MetricsLog (groupwise.train.metrics_log) calls them for every line it writes, on
 rank 0 only. Each logger is configured the way its own tool is (its environment variables);
-where the run goes by default is in docs/guides/train.md (Where the metrics go).
+where the run goes by default is in docs/guides/train.md, "Where the metrics go".
 """
 
 from __future__ import annotations
