@@ -10,6 +10,7 @@ import json
 import struct
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,7 +18,9 @@ import pytest
 from groupwise.cli import main
 from groupwise.records import iter_jsonl
 from groupwise.train.config import ConfigError, load_config
+from groupwise.train.metrics_log import MetricsLog
 from groupwise.train.report_to import mlflow_name, scalars
+from groupwise.train.trainer import Trainer
 
 HELDOUT = "data.heldout={benchmark: arith, split: test, options: {level: easy, size: 2}}"
 
@@ -169,3 +172,27 @@ def test_scalars_and_mlflow_names() -> None:
     # MLflow's allowed characters, as HF's MLflowCallback maps the others
     assert mlflow_name("heldout_pass@4") == "heldout_pass_4"
     assert mlflow_name("a/b:c d.e-f_g") == "a/b:c d.e-f_g"
+
+
+@pytest.mark.parametrize("main_process", [True, False])
+def test_only_rank_0_opens_the_loggers(tmp_path: Path, main_process: bool) -> None:
+    config = load_config(None, ["train.report_to=[tensorboard]", "train.log_rollouts=false"])
+    trainer = SimpleNamespace(  # no held-out evaluation: no generator, tokenizer or rewards
+        config=config,
+        dist=SimpleNamespace(is_main=main_process),
+        run_dir=tmp_path,
+        generator=None,
+        tokenizer=None,
+        rewards=None,
+    )
+    Trainer._logs(trainer, resume_step=None)  # the trainer's own choice of logs, per process
+    assert isinstance(trainer.log, MetricsLog) == main_process
+    assert (tmp_path / "tensorboard").is_dir() == main_process
+    trainer.log.write({"step": 1, "policy_loss": 0.25})
+    trainer.log.close()
+    if main_process:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(tmp_path / "tensorboard"))
+        events.Reload()
+        assert [(e.step, e.value) for e in events.Scalars("policy_loss")] == [(1, 0.25)]
