@@ -31,6 +31,7 @@ from groupwise.config import ConfigError, apply_override, build, read_yaml
 from groupwise.data import TEMPLATES, MixPart, benchmark_options, benchmark_splits
 from groupwise.rewards import checking_mode, component_names, correct_value, get_component
 from groupwise.train.distributed import processes_from_environment
+from groupwise.train.report_to import PACKAGES, check_report_to
 
 DEFAULT_BENCHMARK = "gsm8k"
 
@@ -413,6 +414,15 @@ class TrainConfig:
         False,
         """Mirror metrics.jsonl to TensorBoard under RUN/tensorboard.""",
     )
+    report_to: list[str] = option(
+        doc="""Loggers that mirror every metrics.jsonl number at its step, rank 0 only: any of
+        tensorboard, wandb, trackio, mlflow (the names of HF's Trainer and TRL's report_to);
+        [] = none. Each package must be installed (pip install 'groupwise[report]').
+        docs/guides/train.md, "Where the metrics go".""",
+        valid="a list of: " + ", ".join(PACKAGES),
+        check=lambda v: all(name in PACKAGES for name in v),
+        factory=list,
+    )
     log_rollouts: bool = option(
         True,
         """Write RUN/rollouts.jsonl: each step's prompts, completions, rewards, advantages,
@@ -471,6 +481,7 @@ class Config:
         reward components, benchmarks and advantage estimators the config names."""
         _import_plugins(self.reward.plugins)
         _check_numbers(self)
+        check_report_to(self.train.report_to)
         _check_combinations(self)
         _check_device(self.model.device)
         if self.model.lora:

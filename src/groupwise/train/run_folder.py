@@ -52,6 +52,7 @@ RESUMABLE_CHANGES: dict[str, str] = {
     "train.keep_checkpoints": "how many checkpoints are kept",
     "train.progress": "the progress bar",
     "train.tensorboard": "the TensorBoard copy of metrics.jsonl, from the resumed step on",
+    "train.report_to": "the loggers that mirror metrics.jsonl, from the resumed step on",
     "train.export_merged": "what is exported at the end",
     "train.output_dir": "the run folder itself, which a path can name in several ways",
     "reward.workers": "how many processes check answers; verdicts do not depend on it",

@@ -165,7 +165,7 @@ class Trainer:
         logs."""
         cfg, main = self.config, self.dist.is_main
         self.log = (
-            MetricsLog(self.run_dir, tensorboard=cfg.train.tensorboard, resume_step=resume_step)
+            MetricsLog(self.run_dir, cfg.train.tensorboard, resume_step, cfg.train.report_to)
             if main
             else _SilentLog(self.run_dir / "metrics.jsonl")
         )
