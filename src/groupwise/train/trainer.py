@@ -128,17 +128,6 @@ class Trainer:
             step=lambda: self.step + 1,
             hint=self._divergence_hint,
         )
-        settings = LearnSettings(
-            group_size=cfg.rollout.group_size,
-            micro_batch_size=cfg.train.micro_batch_size,
-            minibatches=algo.minibatches,
-            num_iterations=algo.num_iterations,
-            kl_coef=algo.kl_coef,
-            aggregation=algo.aggregation,
-            loss=algo.loss_settings(cfg.rollout.max_new_tokens),
-            log_all_wrong_gradient=cfg.train.log_all_wrong_gradient,
-            importance_cap=_importance_cap(cfg),
-        )
         targets = choose_step_targets(
             algorithm,
             cfg.rollout.group_size,
@@ -153,7 +142,9 @@ class Trainer:
             cfg.rollout.temperature,
             reference=algorithm.needs_reference,
         )
-        return Learner(settings, algorithm, targets, self.passes, self.updater, self.dist)
+        return Learner(
+            _learn_settings(cfg), algorithm, targets, self.passes, self.updater, self.dist
+        )
 
     def _logs(self, resume_step: int | None) -> None:
         """metrics.jsonl (and rollouts.jsonl, heldout.jsonl): rank 0 writes, the others hold silent
@@ -388,10 +379,20 @@ class Trainer:
                 signal.signal(s, handler)
 
 
-def _importance_cap(config: Config) -> float | None:
-    """The cap of the importance correction against the sampler, or None when it is off."""
-    rollout = config.rollout
-    return rollout.importance_cap if rollout.importance_correction else None
+def _learn_settings(cfg: Config) -> LearnSettings:
+    """What the learner needs of the config; the importance correction's cap None when off."""
+    algo, rollout = cfg.algorithm, cfg.rollout
+    return LearnSettings(
+        group_size=rollout.group_size,
+        micro_batch_size=cfg.train.micro_batch_size,
+        minibatches=algo.minibatches,
+        num_iterations=algo.num_iterations,
+        kl_coef=algo.kl_coef,
+        aggregation=algo.aggregation,
+        loss=algo.loss_settings(rollout.max_new_tokens),
+        log_all_wrong_gradient=cfg.train.log_all_wrong_gradient,
+        importance_cap=rollout.importance_cap if rollout.importance_correction else None,
+    )
 
 
 class _SilentLog:
