@@ -147,3 +147,18 @@ def test_the_correction_weights_every_token_by_the_truncated_ratio(tmp_path: Pat
     assert plain["grad_norm"] > 0
     assert on["grad_norm"] == pytest.approx(math.exp(0.25) * plain["grad_norm"], rel=1e-4)
     assert capped["grad_norm"] == pytest.approx(1.1 * plain["grad_norm"], rel=1e-4)
+
+
+def test_config_refuses_the_correction_without_vllm_and_vllm_with_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from groupwise.config import ConfigError
+    from groupwise.train.config import load_config
+
+    with pytest.raises(ConfigError, match="importance_correction .* needs rollout.engine=vllm"):
+        load_config(None, ["rollout.importance_correction=true"])
+    with pytest.raises(ConfigError, match="rollout.importance_cap"):
+        load_config(None, ["rollout.engine=vllm", "rollout.importance_cap=0.5"])
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="engine=vllm runs one engine in a single training"):
+        load_config(None, ["rollout.engine=vllm", "rollout.questions_per_step=2"])

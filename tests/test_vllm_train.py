@@ -122,9 +122,11 @@ def test_train_on_vllm_resumes_after_a_kill(model_dir: str, tmp_path: Path) -> N
     assert [r["weight_syncs"] for r in resumed] == [1, 2]
 
 
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
 def test_real_vllm_rollouts_give_the_transformers_engines_loss_without_correction(
-    model_dir: str, tmp_path: Path
+    model_dir: str, tmp_path: Path, lora: bool
 ) -> None:
+    """And the trained weights reach vLLM at the next rollout, LoRA merged or full."""
     out = tmp_path / "check.json"
     subprocess.run(
         [
@@ -137,6 +139,7 @@ def test_real_vllm_rollouts_give_the_transformers_engines_loss_without_correctio
             "data.benchmark=gsm8k",
             "data.prompt=amir",
             *SMALL,
+            f"model.lora={str(lora).lower()}",
         ],
         env=environment(),
         check=True,
@@ -152,3 +155,7 @@ def test_real_vllm_rollouts_give_the_transformers_engines_loss_without_correctio
     # on: every weight is within exp(+-1e-3) of 1, so the update is the same to that factor
     assert on["grad_norm"] == pytest.approx(off["grad_norm"], rel=2e-3)
     assert check["record"]["sampler_cores"] == core_list(ENGINE_CORES)
+    # one sync, of the trained weights: vLLM agrees with the trained policy to float32
+    # rounding, while the rollout sampled before it is far from the trained policy
+    assert check["record"]["weight_syncs"] == 1
+    assert check["after_sync"] < 1e-3 and check["before_sync"] > 0.01

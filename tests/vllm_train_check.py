@@ -7,7 +7,9 @@ Builds the trainer of the overrides with rollout.engine=vllm, samples one step's
 vLLM, and learns on them three times from the same weights and optimizer state: with the
 sampler's log-probs and the correction off, without them (what the transformers engine hands
 the learner), and with the correction on. Writes each one's first-update metrics, whether the
-updated weights of the first two are identical, and the rollouts' facts.
+updated weights of the first two are identical, the rollouts' facts, and the largest
+difference of vLLM's log-probs to the trainer's on a rollout after the weight sync (the trained
+weights) and on the first rollout under the trained weights (before it).
 """
 
 from __future__ import annotations
@@ -61,6 +63,16 @@ def main(argv: list[str]) -> None:
     plain, plain_weights = learn(dataclasses.replace(batch.rollouts, sampler_logp=None), None)
     on, _ = learn(batch.rollouts, 3.0)
     rollouts = batch.rollouts
+    # the updates moved the weights: the next rollout syncs them first, and vLLM's log-probs
+    # are then the trained policy's (those of the rollouts before the sync are the initial's)
+    fresh = trainer._rollout(problems, questions)
+    mask = fresh.completion_mask.bool()
+    with torch.no_grad():
+        trained = trainer.passes.logprobs(fresh, slice(0, len(fresh)))
+        stale = trainer.passes.logprobs(rollouts, slice(0, len(rollouts)))
+    after_sync = float((trained - fresh.sampler_logp).abs()[mask].max())
+    old_mask = rollouts.completion_mask.bool()
+    before_sync = float((stale - rollouts.sampler_logp).abs()[old_mask].max())
     with open(out, "w") as handle:
         json.dump(
             {
@@ -77,6 +89,8 @@ def main(argv: list[str]) -> None:
                 "tokens": int(rollouts.completion_mask.sum()),
                 "sampler_logp_finite": bool(torch.isfinite(rollouts.sampler_logp).all()),
                 "record": trainer.generator.record(),
+                "after_sync": after_sync,
+                "before_sync": before_sync,
             },
             handle,
         )

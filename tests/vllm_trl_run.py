@@ -65,20 +65,21 @@ def recording_trainer():
     loss used as the old policy (trl_support.OldPolicyRecorder)."""
     from trl_support import OldPolicyRecorder
 
-    import groupwise.integrations.trl.trainer as adapter
+    # Algorithm.targets (what the adapter calls) calls group_targets of algorithms.options
+    import groupwise.algorithms.options as built_algorithm
 
     class Recording(OldPolicyRecorder):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.used, self.batch_starts = [], []
-            core = adapter.group_targets
+            core = built_algorithm.group_targets
 
             def group_targets(rewards, *a, **k):
                 self.used.append(rewards.mean_logp_old.tolist())
                 self.batch_starts.append(len(self.old_policy))
                 return core(rewards, *a, **k)
 
-            adapter.group_targets = group_targets
+            built_algorithm.group_targets = group_targets
 
         def trl_old(self) -> list[dict[int, float]]:
             """Per generation batch: {row: TRL's old-policy mean log-prob}."""
