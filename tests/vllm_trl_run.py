@@ -16,12 +16,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import tempfile
 import time
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+# TRL's colocate engine opens a one-process torch.distributed group; the default port (29500)
+# may be taken by another run on the machine (another test, an accelerate launch).
+os.environ.setdefault("MASTER_PORT", _free_port())
 
 
 def tiny_vllm_model(folder: str) -> str:
@@ -65,21 +77,21 @@ def recording_trainer():
     loss used as the old policy (trl_support.OldPolicyRecorder)."""
     from trl_support import OldPolicyRecorder
 
-    # Algorithm.targets (what the adapter calls) calls group_targets of algorithms.options
-    import groupwise.algorithms.options as built_algorithm
+    # Algorithm.targets looks group_targets up in its own module: patched there.
+    import groupwise.algorithms.options as adapter
 
     class Recording(OldPolicyRecorder):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.used, self.batch_starts = [], []
-            core = built_algorithm.group_targets
+            core = adapter.group_targets
 
             def group_targets(rewards, *a, **k):
                 self.used.append(rewards.mean_logp_old.tolist())
                 self.batch_starts.append(len(self.old_policy))
                 return core(rewards, *a, **k)
 
-            built_algorithm.group_targets = group_targets
+            adapter.group_targets = group_targets
 
         def trl_old(self) -> list[dict[int, float]]:
             """Per generation batch: {row: TRL's old-policy mean log-prob}."""

@@ -465,8 +465,10 @@ class TrainConfig:
     eval_every: int = option(
         0,
         """Evaluate the policy on data.heldout before the first step, every N steps and after the
-        last: heldout_accuracy in metrics.jsonl, per-problem counts in RUN/heldout.jsonl; 0 =
-        never (ours; TRL's eval_strategy="steps" with eval_steps=N). groupwise.train.heldout.""",
+        last: heldout_accuracy, heldout_pass@k and (a prompt asking for a confidence) the
+        calibration in metrics.jsonl, per-problem counts and the tables in RUN/heldout.jsonl;
+        0 = never (ours; TRL's eval_strategy="steps" with eval_steps=N).
+        groupwise.train.heldout.""",
         ">= 0 (0: no held-out evaluation)",
         lambda v: v >= 0,
     )
