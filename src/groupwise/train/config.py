@@ -196,6 +196,33 @@ class RolloutConfig:
         """Weights dtype of the inference copy; auto = model.dtype. bfloat16 halves the weight
         traffic of decoding (CPUs with avx512_bf16, GPUs) while training stays in model.dtype.""",
     )
+    engine: Literal["transformers", "vllm"] = option(
+        "transformers",
+        """What samples the completions: transformers (groupwise's own decoding loop) or vllm (an
+        engine in the training process, its weights synced after every update that changed
+        them; needs vLLM: docs/guides/train.md, "Rollout engine"). The loss always uses the
+        trainer's own log-probs.""",
+    )
+    importance_correction: bool = option(
+        False,
+        """vllm only: weight each token's policy loss by the truncated importance ratio
+        min(pi_old / pi_sampler, importance_cap) between the trainer's rollout-policy log-prob
+        and the sampler's (as TRL's vllm_importance_sampling_correction, token_truncate).""",
+    )
+    importance_cap: float = option(
+        3.0,
+        """The cap of the truncated importance ratio (TRL's vllm_importance_sampling_clip_max,
+        3.0).""",
+        ">= 1",
+        lambda v: v >= 1,
+    )
+    vllm_memory: float = option(
+        0.3,
+        """vllm only: the share of the accelerator's memory vLLM takes for weights and KV cache
+        (its gpu_memory_utilization; on a CPU, VLLM_CPU_KVCACHE_SPACE GiB sizes the cache).""",
+        "in (0, 1)",
+        lambda v: 0 < v < 1,
+    )
 
 
 @dataclass
@@ -572,8 +599,20 @@ def _check_numbers(c: Config) -> None:
 
 
 def _check_combinations(c: Config) -> None:
-    """Options that only work together: the inference copy's dtype, a named run folder."""
-    if c.rollout.dtype != "auto" and not c.rollout.inference_copy:
+    """Options that only work together: the inference copy's dtype, the vllm engine's
+    options, a named run folder."""
+    if c.rollout.engine == "transformers" and c.rollout.importance_correction:
+        raise ConfigError(
+            "rollout.importance_correction corrects for the vllm engine's sampler; it needs "
+            "rollout.engine=vllm"
+        )
+    if c.rollout.engine == "vllm" and processes_from_environment() > 1:
+        raise ConfigError(
+            "rollout.engine=vllm runs one engine in a single training process; with several "
+            "processes use rollout.engine=transformers"
+        )
+    copy_dtype = c.rollout.engine == "transformers" and c.rollout.dtype != "auto"
+    if copy_dtype and not c.rollout.inference_copy:
         raise ConfigError(
             f"rollout.dtype={c.rollout.dtype} sets the dtype of the inference copy; "
             "it needs rollout.inference_copy=true (or rollout.dtype=auto)"
