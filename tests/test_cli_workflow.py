@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from groupwise.train.checkpoint import checkpoint_problem
 
 TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
@@ -102,3 +106,43 @@ def test_a_folder_with_a_logged_step_stays_protected(tmp_path: Path) -> None:
     changed = groupwise(*tiny_run(run, "optim.lr=0.001"), "--resume")
     assert "these differ: optim.lr" in one_line_error(changed, "train")
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+# --- item 4: Ctrl-C is a clean stop ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_process_group_stops_cleanly_with_a_checkpoint(tmp_path: Path) -> None:
+    # A terminal's Ctrl-C sends SIGINT to every process of the foreground group: the run and its
+    # answer-checking workers. The run is started as a group of its own, as a shell's job is.
+    run = tmp_path / "run"
+    path = os.pathsep.join([str(SRC), str(TESTS), os.environ.get("PYTHONPATH", "")])
+    args = tiny_run(run, "train.max_steps=500", "train.save_every=1000", "reward.workers=2")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "groupwise", *args],
+        env={**os.environ, "PYTHONPATH": path},
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
+            assert process.poll() is None and time.monotonic() < deadline, "the run ended early"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    step = sum(1 for _ in (run / "metrics.jsonl").open())
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(f"groupwise train: stopped by SIGINT at step {step}")
+    )
+    assert err.rstrip().endswith("--resume")
+    assert checkpoint_problem(run / "checkpoints" / f"step-{step}") is None

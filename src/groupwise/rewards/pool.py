@@ -8,6 +8,8 @@ inside math-verify as a silent False; they are disabled (`parsing_timeout=None`,
 of a threaded parent and no re-import of the caller's `__main__`), one task at a time per
 worker with a per-task deadline; a worker that overruns is killed and replaced and its item
 gets a "timeout" verdict. This works from any thread and inside other worker processes.
+Workers run in a session of their own, so a terminal's Ctrl-C reaches only the parent, which
+shuts them down (docs/guides/train.md, "Ctrl-C").
 
 Every call names a checking mode (`checking.MODES`: "groupwise", the default, "math_verify",
 "amir_official", "amir_eval"); each task carries its mode, so one pool serves them all.
@@ -126,11 +128,15 @@ class _Worker:
             f"serve({task_read}, {result_write}, {memory_limit_mb!r})"
         )
         try:
+            # A session of its own: the terminal's Ctrl-C (SIGINT to the whole foreground
+            # process group) and Ctrl-\ reach the parent only, which finishes its step and
+            # stops the workers itself (close(); an orphaned worker exits within a second).
             self.process = subprocess.Popen(
                 [sys.executable, "-c", code],
                 pass_fds=(task_read, result_write),
                 stdin=subprocess.DEVNULL,
                 env=env,
+                start_new_session=True,
             )
         finally:
             os.close(task_read)
