@@ -19,15 +19,23 @@ TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
 
 
-def groupwise(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
-    """`groupwise ARGS...` as a user runs it (the tests' plugins importable); its output."""
-    path = os.pathsep.join([str(SRC), str(TESTS), os.environ.get("PYTHONPATH", "")])
+def groupwise(
+    *args: str,
+    cwd: Path | None = None,
+    replace_env: dict[str, str] | None = None,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """`groupwise ARGS...` as a user runs it, in `cwd`, with the environment `replace_env`
+    (default: this one) updated by `env` and the tests' plugins importable; its output."""
+    base = dict(os.environ if replace_env is None else replace_env)
+    path = os.pathsep.join([str(SRC), str(TESTS), base.get("PYTHONPATH", "")])
     return subprocess.run(
         [sys.executable, "-m", "groupwise", *args],
-        env={**os.environ, "PYTHONPATH": path, **env},
+        env={**base, "PYTHONPATH": path, **env},
+        cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=600,
     )
 
 
@@ -146,3 +154,87 @@ def test_ctrl_c_to_the_process_group_stops_cleanly_with_a_checkpoint(tmp_path: P
     )
     assert err.rstrip().endswith("--resume")
     assert checkpoint_problem(run / "checkpoints" / f"step-{step}") is None
+
+
+# --- items 5 and 6: offline failures are fast, errors are one line, the data folder is found ----
+
+
+def test_a_missing_run_folder_as_model_fails_at_once(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    started = time.monotonic()
+    done = groupwise(
+        "eval",
+        "--model",
+        "runs/nope",
+        "--benchmarks",
+        "gsm8k",
+        "--output",
+        "runs/eval",
+        cwd=tmp_path,
+    )
+    seconds = time.monotonic() - started
+    assert "--model: unknown model 'runs/nope': no such folder" in one_line_error(done, "eval")
+    assert seconds < 10, seconds  # no hub retries, no torch import
+    assert not (tmp_path / "runs" / "eval").exists()
+
+
+def test_an_uncached_hub_model_out_of_reach_is_one_line_without_retries(tmp_path: Path) -> None:
+    # The hub "answers" at a port where nothing listens; HF_HUB_OFFLINE is not set.
+    env = {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    env["HF_HOME"] = str(tmp_path / "hf")  # an empty hub cache
+    out = str(tmp_path / "eval")
+    done = groupwise(
+        "eval", "--model", "org/model", "--benchmarks", "gsm8k", "--output", out, **env
+    )
+    line = one_line_error(done, "eval")
+    assert "unknown model 'org/model'" in line and "not in the hub cache" in line
+    assert "127.0.0.1:9 cannot be reached" in line
+    assert "Retry" not in done.stderr
+
+
+def test_report_analyze_and_summary_errors_are_one_line(tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    done = groupwise("report", "runs/nope", "--output", out + ".md", cwd=tmp_path)
+    assert "run 'nope': runs/nope does not exist" in one_line_error(done, "report")
+    done = groupwise("analyze", "perplexity", "base=runs/nope", "--output", out, cwd=tmp_path)
+    assert "no samples.jsonl in runs/nope" in one_line_error(done, "analyze")
+    done = groupwise("summary", "runs/nope", cwd=tmp_path)
+    assert "is runs/nope a training run folder?" in one_line_error(done, "summary")
+
+
+def test_an_override_typo_is_blamed_on_the_command_line_with_a_suggestion(tmp_path: Path) -> None:
+    config = str(TESTS.parent / "configs" / "testbed_arith.yaml")
+    run = f"train.output_dir={tmp_path / 'run'}"
+    done = groupwise("train", "--config", config, "algorithm.advantge=std", run)
+    line = one_line_error(done, "train")
+    assert line.startswith("groupwise train: command line, override 'algorithm.advantge=std': ")
+    assert "unknown key 'algorithm.advantge' (did you mean 'algorithm.advantage'?)" in line
+    assert "testbed_arith.yaml" not in line
+    # a mistake in the file itself is still the file's
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("rollout:\n  group_sise: 4\n")
+    done = groupwise("train", "--config", str(typo), "train.max_steps=2", run)
+    line = one_line_error(done, "train")
+    assert f"{typo}: unknown key 'rollout.group_sise' (did you mean 'rollout.group_size'?)" in line
+
+
+@pytest.mark.slow
+def test_train_and_eval_find_the_shared_data_folder_beside_the_working_folder(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    # A checkout beside shared/data whose gsm8k test split holds 3 problems; no GROUPWISE_DATA.
+    gsm8k = tmp_path / "shared" / "data" / "gsm8k"
+    gsm8k.mkdir(parents=True)
+    lines = (data_dir / "gsm8k" / "test.jsonl").read_text().splitlines()[:3]
+    (gsm8k / "test.jsonl").write_text("\n".join(lines) + "\n")
+    (gsm8k / "train.jsonl").write_text("\n".join(lines) + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "GROUPWISE_DATA"}
+    flags = ["--model", "tiny-random", "--benchmarks", "gsm8k", "--n", "1", "--k", "1"]
+    flags += ["--max-new-tokens", "2", "--quiet", "--output", "eval"]
+    done = groupwise("eval", *flags, cwd=work, replace_env=env)
+    assert done.returncode == 0, done.stderr
+    assert sum(1 for _ in (work / "eval" / "samples.jsonl").open()) == 3
+    done = groupwise(*tiny_run(work / "run", "data.split=train"), cwd=work, replace_env=env)
+    assert done.returncode == 0, done.stderr

@@ -230,12 +230,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
     """EvalConfig from the command line: preset defaults, overridden by explicit flags.
     Raises FlagError naming the flag of the first bad value."""
+    names = [("--model", args.model)] if args.engine != "openai" else []
     from groupwise.data import BenchmarkSpec
     from groupwise.data.prompts import TEMPLATES
     from groupwise.models import check_model_name, resolve_adapter
     from groupwise.rollout.openai_engine import check_base_url
 
-    names = [("--model", args.model)] if args.engine != "openai" else []
     for flag, name in [*names, ("--tokenizer", args.tokenizer)]:
         try:
             if name is not None:
@@ -291,6 +291,16 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         )
     except InvalidSetting as err:
         raise FlagError(FLAGS[err.name], err.reason) from None
+
+
+def _check_local_names(names: list[tuple[str, str | None]]) -> None:
+    """A model name that reads as a local path but names no folder, refused before torch and
+    transformers load (seconds on a busy machine): FlagError naming the flag."""
+    from groupwise.hub import names_a_path
+
+    for flag, name in names:
+        if name is not None and names_a_path(name) and not Path(name).expanduser().is_dir():
+            raise FlagError(flag, f"unknown model {name!r}: no such folder")
 
 
 def check_run_flags(args: argparse.Namespace, config: EvalConfig) -> EngineOptions:
@@ -380,6 +390,13 @@ def answer_checker(config: EvalConfig, workers: int) -> CheckFn:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:  # before torch loads: a mistyped folder is refused in well under a second
+        served = args.engine == "openai"  # --model is then the name the server gives it
+        _check_local_names([("--model", None if served else args.model)])
+        _check_local_names([("--tokenizer", args.tokenizer)])
+    except FlagError as err:
+        print(f"groupwise eval: {err}", file=sys.stderr)
+        return 2
     from groupwise.rollout.openai_engine import ServerError
 
     try:

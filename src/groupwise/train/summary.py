@@ -11,7 +11,8 @@ From RUN/metrics.jsonl, RUN/heldout.jsonl (groupwise.train.heldout) and RUN/conf
 - AMIR-GRPO's pairs per group and lambda_reg, first and last step and the share of steps at
   its floor (docs/algorithms.md §2).
 
-    python -m groupwise.train.summary runs/a runs/b [--png runs/compare.png]
+    groupwise summary runs/a runs/b [--png runs/compare.png]
+    (or python -m groupwise.train.summary ...)
 
 prints the comparison table (and each run's lines with --each) and draws reward and held-out
 accuracy over steps.
@@ -34,7 +35,16 @@ from groupwise.records import read_jsonl
 from groupwise.train.heldout import Difference, accuracy_difference, mean_interval, read_heldout
 from groupwise.train.metrics_log import METRICS_FILE
 
-__all__ = ["RunSummary", "comparison_table", "main", "method_label", "plot_runs", "summarize"]
+__all__ = [
+    "RunSummary",
+    "add_arguments",
+    "comparison_table",
+    "main",
+    "method_label",
+    "plot_runs",
+    "run",
+    "summarize",
+]
 
 # Moving-average window (steps) of the reward curve in the figure.
 SMOOTHING = 10
@@ -273,14 +283,17 @@ def plot_runs(run_dirs: Sequence[str | Path], path: str | Path) -> Path:
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m groupwise.train.summary", description=__doc__.splitlines()[0]
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`groupwise summary`'s arguments (also `python -m groupwise.train.summary`)."""
+    parser.description = __doc__.splitlines()[0]
     parser.add_argument("runs", nargs="+", type=Path, help="training run folders")
     parser.add_argument("--png", type=Path, help="draw reward and held-out accuracy here")
     parser.add_argument("--each", action="store_true", help="also print each run's lines")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the comparison table (each run's lines with --each), draw it with --png; a run
+    folder that cannot be read is one line on stderr, exit status 2."""
     try:
         summaries = [summarize(run) for run in args.runs]
     except (OSError, ValueError) as err:
@@ -293,6 +306,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.png:
         print(f"figure: {plot_runs(args.runs, args.png)}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m groupwise.train.summary")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
