@@ -238,3 +238,53 @@ def test_train_and_eval_find_the_shared_data_folder_beside_the_working_folder(
     assert sum(1 for _ in (work / "eval" / "samples.jsonl").open()) == 3
     done = groupwise(*tiny_run(work / "run", "data.split=train"), cwd=work, replace_env=env)
     assert done.returncode == 0, done.stderr
+
+
+# --- items 1 and 2: evaluate a run as it was trained; re-grade without sampling ---------------
+
+
+@pytest.mark.slow
+def test_eval_of_a_run_folder_takes_its_weights_and_settings_and_regrades(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "trial"
+    assert groupwise(*tiny_run(run)).returncode == 0
+    flags = ["--benchmarks", "gsm8k", "--limit", "2", "--n", "2", "--k", "1", "--quiet"]
+    done = groupwise("eval", "--model", "runs/trial", *flags, "--output", "e1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    taken = "from its config.yaml: --prompt boxed --checking groupwise --temperature 1.0"
+    assert f"evaluating runs/trial/final/adapter of the training run runs/trial; {taken}" in (
+        done.stderr
+    )
+    assert "warning" not in done.stderr
+    saved = json.loads((tmp_path / "e1" / "config.json").read_text())
+    assert (saved["model"], saved["prompt"], saved["checking"]) == (
+        "tiny-random",
+        "boxed",
+        "groupwise",
+    )
+    assert saved["max_new_tokens"] == 4 and saved["adapter"] == str(run / "final" / "adapter")
+    # a checkpoint folder, with a prompt the model was not trained with: one warning
+    step = "runs/trial/checkpoints/step-1"
+    done = groupwise(
+        "eval", "--model", step, *flags, "--prompt", "amir", "--output", "e2", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "--prompt amir (trained with boxed)" in warnings[0]
+    assert "pass --prompt boxed" in warnings[0]
+    saved = json.loads((tmp_path / "e2" / "config.json").read_text())
+    assert saved["adapter"] == str(run / "checkpoints" / "step-1" / "adapter")
+    # re-grade e1 under another checking mode: a new results file, the samples untouched
+    samples = (tmp_path / "e1" / "samples.jsonl").read_bytes()
+    regrade = ("eval", "--output", "e1", "--regrade", "--checking", "amir_eval")
+    done = groupwise(*regrade, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    target = tmp_path / "e1" / "regrade-amir_eval"
+    results = json.loads((target / "results.json").read_text())
+    assert results["config"]["checking"] == "amir_eval" and results["gsm8k"]["problems"] == 2
+    verdicts = [json.loads(line) for line in (target / "verdicts.jsonl").open()]
+    assert len(verdicts) == 4 and {v["verdict"] for v in verdicts} <= {
+        "no_answer",
+        "wrong",
+        "correct",
+    }
+    assert (tmp_path / "e1" / "samples.jsonl").read_bytes() == samples
