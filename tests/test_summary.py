@@ -130,3 +130,19 @@ def test_figure_and_command(lens: Path, amir: Path, tmp_path: Path, capsys) -> N
     assert (tmp_path / "again.png").is_file()
     assert main([str(tmp_path / "nothing")]) == 2
     assert "no such file; is" in capsys.readouterr().err
+
+
+def test_answer_checks_are_one_summary_line_only_when_there_were_some(
+    lens: Path, tmp_path: Path
+) -> None:
+    assert "answer checking" not in summary_text(summarize(lens))  # no such counts logged
+    rows = [
+        {**groups(0.5, 0.0, 0.5, 0.0), "answers_unparsed": 1, "answers_timeout": 0},
+        {**groups(0.5, 0.0, 0.5, 0.0), "answers_unparsed": 2, "answers_timeout": 1},
+    ]
+    s = summarize(write_run(tmp_path / "checks", {}, rows))
+    assert (s.answers_unparsed, s.answers_timeout, s.answers_error) == (3, 1, 0)
+    assert (
+        "answer checking: 3 answers compared as text (math-verify could not parse them), "
+        "1 timed out, 0 errored" in summary_text(s)
+    )

@@ -82,6 +82,9 @@ class RunSummary:
     lambda_first: float | None
     lambda_last: float | None
     lambda_at_floor: float | None
+    answers_unparsed: int = 0
+    answers_timeout: int = 0
+    answers_error: int = 0
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -137,6 +140,9 @@ def summarize(run_dir: str | Path) -> RunSummary:
             if lambdas and floor is not None
             else None
         ),
+        answers_unparsed=sum(int(row.get("answers_unparsed", 0)) for row in rows),
+        answers_timeout=sum(int(row.get("answers_timeout", 0)) for row in rows),
+        answers_error=sum(int(row.get("answers_error", 0)) for row in rows),
     )
 
 
@@ -178,6 +184,11 @@ def summary_text(summary: RunSummary) -> str:
             f"  AMIR-GRPO: {s.pairs_per_group:.1f} preference pairs per group; lambda "
             f"{s.lambda_first:.4f} -> {s.lambda_last:.4f}, at its floor in "
             f"{s.lambda_at_floor:.0%} of steps"
+        )
+    if s.answers_unparsed or s.answers_timeout or s.answers_error:
+        lines.append(
+            f"  answer checking: {s.answers_unparsed} answers compared as text (math-verify "
+            f"could not parse them), {s.answers_timeout} timed out, {s.answers_error} errored"
         )
     return "\n".join(lines)
 
