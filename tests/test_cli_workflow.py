@@ -85,6 +85,8 @@ def test_a_failed_start_leaves_nothing_that_blocks_the_corrected_command(tmp_pat
     done = groupwise(*tiny_run(run))
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").open()] == [1]
+    # item 8: the run draws its own figure at the end
+    assert f"figure:     {run / 'run.png'}" in done.stdout and (run / "run.png").is_file()
 
 
 @pytest.mark.slow

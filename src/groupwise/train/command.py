@@ -140,9 +140,10 @@ def _train(config: Config, args: argparse.Namespace, folder: RunFolder | None, d
     print(f"metrics:    {trainer.log.path}")
     print(f"weights:    {final}")
     if trainer.dist.is_main:
-        from groupwise.train.summary import summarize, summary_text
+        from groupwise.train.summary import plot_run, summarize, summary_text
 
         print(summary_text(summarize(trainer.run_dir)))
+        print(f"figure:     {plot_run(trainer.run_dir)}")
     return 0
 
 
