@@ -80,9 +80,14 @@ def run_engine(engine: str, args: argparse.Namespace, folder: Path) -> dict[str,
         if engine == "openai":
             from vllm_support import SERVED, vllm_server
 
+            from groupwise.rollout.vllm_cpu import available_cores
             from groupwise.rollout.vllm_engine import vllm_model_source
 
-            url = stack.enter_context(vllm_server(vllm_model_source(MODEL), folder / "server.log"))
+            # the engines run one after another: the server's worker gets every core, as the
+            # in-process engine's does (groupwise.rollout.vllm_cpu)
+            source = vllm_model_source(MODEL)
+            server = vllm_server(source, folder / "server.log", cores=available_cores())
+            url = stack.enter_context(server)
             model, extra = SERVED, {"api": "chat", "base_url": url}
         config = EvalConfig(
             model=model,
@@ -165,11 +170,15 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import vllm
 
+    from groupwise.rollout.vllm_cpu import available_cores, core_list
+
     notes = (
         f"SmolLM2-135M-Instruct (float32), the first {args.problems} MATH-500 problems x "
         f"{args.n} samples, temperature 1.0, top-p 1.0, at most {args.max_new_tokens} new "
         f"tokens, boxed prompt, Math-Verify grading; vllm {vllm.__version__} "
-        f"(CPU: eager, chunked prefill off); torch threads here {torch.get_num_threads()} "
+        f"(CPU: eager, chunked prefill off; both vLLM engines' workers bound to cores "
+        f"{core_list(available_cores())} through VLLM_CPU_OMP_THREADS_BIND, "
+        f"groupwise.rollout.vllm_cpu); torch threads here {torch.get_num_threads()} "
         "(the transformers engine). Engines run one after the other; the load average is the "
         "machine's before each (shared with other work)."
     )

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check of groupwise, on one H200 with no network (stages 1-3: under 8 minutes; 4: up to 13):
+# GPU check of groupwise, on one H200 with no network (stages 1-3: under 8 minutes; 4: up to 13;
+# 5: up to 12, about 2 on a GPU):
 #   train       1. GSM8K quickstart training in bfloat16 on CUDA: step time and its split (generation,
 #                  scoring, training), completion tokens per second;
 #   generation  2. rollout-engine generation tokens/s against model.generate (bench/generation.py);
@@ -8,7 +9,13 @@
 #   trl         4. GroupwiseGRPOTrainer inside TRL (bench/trl_overhead.py): s/step of plain TRL
 #                  GRPO, AMIR-GRPO, LENS and both with transformers generation, then, when vLLM is
 #                  installed, plain TRL and AMIR-GRPO + LENS with vLLM colocate (one process each;
-#                  limits 300 + 2 x 240 s).
+#                  limits 300 + 2 x 240 s);
+#   sharded     5. GroupwiseGRPOTrainer (AMIR-GRPO + LENS) under `accelerate launch` with the shipped
+#                  examples/accelerate/fsdp2.yaml and deepspeed_zero3.yaml, one process per GPU:
+#                  4 steps of tests/trl_fsdp_run.py (the tests' tiny Llama, fixed completions; full
+#                  fine-tuning and LoRA) against one plain process; the weights' largest
+#                  difference, lambda, each process's share of the parameters (limits 3 x 240 s;
+#                  ZeRO-3 only where deepspeed imports).
 # Writes a summary to $OUT/gpu_check.md (OUT defaults to runs/gpu_check/out) and prints it.
 #
 # It runs on the machine's own torch (a GPU image's CUDA build), transformers, peft and
@@ -30,7 +37,7 @@
 # SmolLM2-135M-shaped model with random weights built from runs/gpu_check/smollm2-arch: the same
 # layers, so the same speed, though its completions seldom stop before the token limit), STEPS
 # (training steps), OUT (output folder), STAGES (which to run, in this order; default "train
-# generation eval trl"; e.g. STAGES=trl for stage 4 alone). Each stage runs under its own time
+# generation eval trl sharded"; e.g. STAGES=trl for stage 4 alone). Each stage runs under its own time
 # limit. For `prepare`: GPU_PYTHON, GPU_TORCH, GPU_TRANSFORMERS (the GPU image's: default 3.12,
 # 2.11.0, 5.17.0) choose the wheels so that they install beside the image's packages.
 set -euo pipefail
@@ -66,6 +73,15 @@ EOF
     echo "wheels: ${lacking[*]}"
     "$PYTHON" -m pip download --quiet --no-deps --dest "$ASSETS/wheels" "${target[@]}" \
         "${lacking[@]}" 2>&1 | { grep -v "is ignored" || true; }
+    # DeepSpeed for stage 5 (ZeRO-3), apart, so that a failure to install it costs only that
+    # stage: its wheel built here (pure Python; kernels compile on first use, and the stage uses
+    # none) and the wheels of the packages it adds.
+    rm -rf "$ASSETS/wheels-deepspeed" && mkdir -p "$ASSETS/wheels-deepspeed"
+    "$PYTHON" -m pip wheel --quiet --no-deps --no-build-isolation \
+        --wheel-dir "$ASSETS/wheels-deepspeed" "deepspeed==0.19.8"
+    "$PYTHON" -m pip download --quiet --no-deps --dest "$ASSETS/wheels-deepspeed" "${target[@]}" \
+        "einops==0.8.2" "hjson==3.1.0" "msgpack==1.2.4" "ninja==1.13.2" "py-cpuinfo==9.0.0" 2>&1 |
+        { grep -v "is ignored" || true; }
     # SmolLM2-135M's config and tokenizer (a few MB; its 98 MB GGUF does not travel).
     "$PYTHON" - "$ASSETS/smollm2-arch" <<'EOF'
 import sys
@@ -88,7 +104,7 @@ fi
 
 DEVICE="${DEVICE:-cuda}"
 OUT="${OUT:-$ASSETS/out}"
-STAGES="${STAGES:-train generation eval trl}"  # each is a function stage_NAME below
+STAGES="${STAGES:-train generation eval trl sharded}"  # each is a function stage_NAME below
 mkdir -p "$OUT"
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 export GROUPWISE_DATA="${GROUPWISE_DATA:-$ROOT/../shared/data}"
@@ -199,6 +215,58 @@ stage_trl() {  # 4. GroupwiseGRPOTrainer in TRL: transformers generation, then v
             --steps "$TRL_STEPS" --results "trl_overhead_vllm"
         trl_tables "trl_vllm_$variant"
     done
+}
+
+stage_sharded() {  # 5. FSDP2 and ZeRO-3 under accelerate: tests/trl_fsdp_run.py against one process
+    if ! "$PYTHON" -c "import trl, datasets" 2>/dev/null; then
+        echo "- sharded: not run (trl or datasets not importable)" >> "$SUMMARY"
+        return 0
+    fi
+    # one process per GPU (2 on a CPU, gloo); float32, so that the runs are comparable
+    local n=2
+    [ "$DEVICE" = "cpu" ] || n="$("$PYTHON" -c "import torch; print(min(8, torch.cuda.device_count()))")"
+    local launch=("$PYTHON" -m accelerate.commands.launch --num_processes "$n" --mixed_precision no)
+    local driver=(tests/trl_fsdp_run.py)
+    stage sharded_one 240 env PYTHONPATH="$ROOT/tests:$PYTHONPATH" "$PYTHON" "${driver[@]}" \
+        "$OUT/sharded/one" full lora
+    stage sharded_fsdp2 240 env PYTHONPATH="$ROOT/tests:$PYTHONPATH" "${launch[@]}" \
+        --config_file examples/accelerate/fsdp2.yaml --fsdp_state_dict_type SHARDED_STATE_DICT \
+        "${driver[@]}" "$OUT/sharded/fsdp2" full lora
+    if ! "$PYTHON" -c "import deepspeed" 2>/dev/null && compgen -G "$ASSETS/wheels-deepspeed/*.whl" >/dev/null; then
+        "$PYTHON" -m pip install --quiet --no-index --find-links "$ASSETS/wheels-deepspeed" \
+            -c "$OUT/installed-constraints.txt" deepspeed > "$OUT/pip-deepspeed.log" 2>&1 || true
+    fi
+    if "$PYTHON" -c "import deepspeed" 2>/dev/null; then
+        stage sharded_zero3 240 env PYTHONPATH="$ROOT/tests:$PYTHONPATH" "${launch[@]}" \
+            --config_file examples/accelerate/deepspeed_zero3.yaml "${driver[@]}" \
+            "$OUT/sharded/zero3" full
+    else
+        echo "- sharded_zero3: not run (deepspeed not importable: $(grep -m1 ERROR \
+            "$OUT/pip-deepspeed.log" 2>/dev/null || echo 'no wheel from prepare'))" >> "$SUMMARY"
+    fi
+    "$PYTHON" - "$OUT/sharded" >> "$SUMMARY" <<'EOF'
+import sys
+from pathlib import Path
+import torch
+root = Path(sys.argv[1])
+def load(launch, case):
+    path = root / launch / case / "run.pt"
+    return torch.load(path, weights_only=False) if path.is_file() else None
+print("\n## Sharded: FSDP2 and ZeRO-3 against one process (4 AMIR-GRPO + LENS steps)\n")
+print("| launch | case | processes | type | share held | max weight difference | lambda (one) |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for launch, cases in (("fsdp2", ("full", "lora")), ("zero3", ("full",))):
+    for case in cases:
+        run, one = load(launch, case), load("one", case)
+        if run is None or one is None:
+            print(f"| {launch} | {case} | | | | no result | |")
+            continue
+        w, v = run["weights"], one["weights"]
+        diff = max(float((w[k] - v[k]).abs().max()) for k in v)
+        print(f"| {launch} | {case} | {run['processes']} | {run['distributed_type']} | "
+              f"{run['share']:.2f} | {diff:.2e} | {run['lambda']:.5f} ({one['lambda']:.5f}) |")
+print()
+EOF
 }
 
 for name in $STAGES; do

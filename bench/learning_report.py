@@ -605,7 +605,7 @@ def plot_figure(
     """One PNG: a row per level that has any of `methods_shown`, a column per entry of
     `columns` (a PANELS key, or "pass@1" / "margin" for the held-out curves). None when no
     level has those methods."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+    from groupwise.figures import new_figure, save_figure, series_colors
 
     runs = by_run(summaries)
     levels = [lv for lv in numbers if any(m in runs[lv] for m in methods_shown)]

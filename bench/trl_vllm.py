@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         "vLLM runs the float32 checkpoint in bfloat16 here (its dtype 'auto' on a CPU; TRL "
         "passes none) while the policy trains in float32: that, not the weight sync, is the "
         "difference in the last two columns (measured with lr 0 before any sync: 0.094 max "
-        "nats/token, the same after it), and the reason for sampling_logp_difference.",
+        "nats/token, the same after it), and the reason for sampling_logp_difference. "
+        f"vLLM's cores (in the training process): {run['cpu_binding']['recorded']}.",
     )
 
 

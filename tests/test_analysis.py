@@ -16,10 +16,10 @@ import torch
 
 from groupwise.analysis import errors
 from groupwise.analysis.coverage import coverage_partition, solvable_set
-from groupwise.analysis.figures import gaussian_kde, scott_bandwidth
 from groupwise.analysis.preference_margin import preference_margins, ratio_of_means, summarize
 from groupwise.analysis.runs import common_problems, load_run, parse_run_specs
 from groupwise.cli import main as cli
+from groupwise.figures import gaussian_kde, scott_bandwidth
 from groupwise.records import Sample, SavedProblem, group_by_problem, read_samples, write_problems
 
 

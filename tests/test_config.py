@@ -214,7 +214,10 @@ BAD_VALUES = [
     (["rollout.temperature=0"], "rollout.temperature must be > 0 (training scores"),
     (["reward.timeout=0"], "reward.timeout must be > 0 seconds, got 0.0"),
     (["reward.workers=0"], "reward.workers must be >= 1, got 0"),
-    (["data.prompt=chat"], "data.prompt: invalid value 'chat'; valid choices: amir, boxed, gsm8k"),
+    (
+        ["data.prompt=chat"],
+        "data.prompt: invalid value 'chat'; valid choices: amir, amir_groupwise, boxed, gsm8k",
+    ),
     (["model.device=gpu"], "model.device: invalid value 'gpu'; valid: auto, cpu, cuda, cuda:N"),
     (["model.device=cuda:99"], "model.device=cuda:99, but this machine has"),
     (["model.lora_target_modules="], "model.lora_target_modules is empty"),

@@ -75,26 +75,45 @@ LAYOUTS = {
 }
 
 
-def _launch(run_dir: Path, processes: int, extra: list[str]) -> subprocess.Popen:
+# How several processes are started (docs/guides/distributed.md): torchrun, or accelerate's
+# launcher without a config file (it starts them through torchrun).
+LAUNCHERS = {
+    "torchrun": ["torch.distributed.run", "--standalone", "--nproc_per_node={n}"],
+    # --multi_gpu: without it accelerate starts one process where there is no GPU
+    "accelerate": ["accelerate.commands.launch", "--multi_gpu", "--num_processes={n}"],
+}
+
+
+def _launch(
+    run_dir: Path, processes: int, extra: list[str], launch: str = "torchrun"
+) -> subprocess.Popen:
     env = {
         **os.environ,
         "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "OMP_NUM_THREADS": "1",
+        "LAUNCH_PROBE_DIR": str(run_dir.parent / f"probe{processes}"),
     }
+    (run_dir.parent / f"probe{processes}").mkdir()
     launcher = [sys.executable, "-m", "groupwise"]
     if processes > 1:
-        torchrun = ["torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-        launcher = [sys.executable, "-m", *torchrun, "-m", "groupwise"]
-    command = [*launcher, "train", *OVERRIDES, *extra, f"train.output_dir={run_dir}"]
+        options = [option.format(n=processes) for option in LAUNCHERS[launch]]
+        launcher = [sys.executable, "-m", *options, "-m", "groupwise"]
+    probe = ["reward.plugins=[reward_plugin, launch_probe]"]  # records each process's rank
+    command = [*launcher, "train", *OVERRIDES, *extra, *probe, f"train.output_dir={run_dir}"]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_two_processes_take_the_same_steps_as_one(tmp_path: Path, layout: str) -> None:
-    runs = {n: _launch(tmp_path / f"procs{n}", n, LAYOUTS[layout]) for n in (1, 2)}
+@pytest.mark.parametrize(
+    ("layout", "launch"),
+    [*((layout, "torchrun") for layout in LAYOUTS), ("one_minibatch", "accelerate")],
+)
+def test_two_processes_take_the_same_steps_as_one(tmp_path: Path, layout: str, launch: str) -> None:
+    runs = {n: _launch(tmp_path / f"procs{n}", n, LAYOUTS[layout], launch) for n in (1, 2)}
     for n, process in runs.items():
         output, _ = process.communicate(timeout=300)
         assert process.returncode == 0, f"{n} process(es) failed:\n{output.decode()[-3000:]}"
+        started = sorted(path.name for path in (tmp_path / f"probe{n}").iterdir())
+        assert started == [f"{rank}-of-{n}" for rank in range(n)], launch
 
     one = logged(tmp_path / "procs1" / "metrics.jsonl")
     two = logged(tmp_path / "procs2" / "metrics.jsonl")  # rank 0 alone writes it

@@ -91,6 +91,13 @@ def test_pass_at_k_equals_recomputed_from_samples(reference: Path) -> None:
     config = json.loads((reference / "config.json").read_text())
     assert (config["engine"], config["api"], config["model"]) == ("openai", "chat", MODEL)
     assert "engine openai at http://127.0.0.1:" in (reference / "results.md").read_text()
+    # the amir prompt asks for a confidence: calibration from the saved samples on this engine
+    # too; the fake states none, so every completion is counted missing, none read as 0.5
+    calibration = results["gsm8k"]["calibration"]
+    assert (calibration["missing"], calibration["coverage"]) == (LIMIT * N, 0.0)
+    assert calibration["brier"] is None and (reference / "calibration.png").is_file()
+    served = results["config"]["provenance"]["model"]
+    assert (served["kind"], served["name"]) == ("served", MODEL)
 
 
 def test_repeated_requests_where_the_server_has_no_n(

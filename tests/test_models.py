@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 import time
-import types
 from pathlib import Path
 
 import pytest
 import torch
 from peft import PeftModel
+from test_structure import import_graph
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from groupwise import models
 from groupwise.models import (
+    ARITH_BASE_DIR,
     LoraSettings,
     attach_lora,
     frozen_copy,
     load_adapter,
     load_model,
+    load_saved_llama,
     model_aliases,
     reference_policy,
     register_model_alias,
@@ -109,20 +110,22 @@ def test_unknown_names_list_the_aliases() -> None:
         load_model("groupwise-test/does-not-exist")
 
 
-def test_arith_base_alias_imports_sft_lazily(monkeypatch, tiny) -> None:
-    calls = []
-    fake = types.ModuleType("groupwise.sft")
-
-    def load_base_policy(**options):
-        calls.append(options)
-        return tiny
-
-    fake.load_base_policy = load_base_policy
-    monkeypatch.setitem(sys.modules, "groupwise.sft", fake)
+def test_arith_base_alias_is_the_shipped_folder_without_sft() -> None:
+    """models loads the package data itself: the testbed's trainer module is an upper floor."""
     model, tokenizer = load_model("arith-base", dtype="bfloat16")
-    assert calls == [{}]
-    assert model is tiny[0] and next(model.parameters()).dtype == torch.bfloat16
+    shipped, _ = load_saved_llama(ARITH_BASE_DIR)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    for (name, got), (_, want) in zip(
+        model.state_dict().items(), shipped.state_dict().items(), strict=True
+    ):
+        torch.testing.assert_close(got, want.to(torch.bfloat16), msg=name)
     assert tokenizer.padding_side == "left"
+    assert "groupwise.sft" not in import_graph()["groupwise.models"]
+
+
+def test_a_testbed_folder_without_weights_names_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path}: no model.safetensors"):
+        load_saved_llama(tmp_path)
 
 
 def test_lora_settings_validation() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
 from groupwise.data import TEMPLATES, Problem, build_messages, load_benchmark, render_prompt
-from groupwise.data.prompts import AMIR_SYSTEM_PROMPT, get_template
+from groupwise.data.prompts import AMIR_GROUPWISE_SYSTEM_PROMPT, AMIR_SYSTEM_PROMPT, get_template
 
 QUESTION = "What is 2 + 3?"
 PROBLEM = Problem("toy/0", QUESTION, "5")
@@ -31,23 +33,49 @@ def chat_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def test_template_names() -> None:
-    assert set(TEMPLATES) == {"amir", "boxed", "gsm8k", "plain"}
+    assert set(TEMPLATES) == {"amir", "amir_groupwise", "boxed", "gsm8k", "plain"}
 
 
-def test_amir_system_prompt_asks_for_the_four_blocks_in_order() -> None:
-    messages = build_messages(PROBLEM, "amir")
+@pytest.mark.parametrize(
+    ("name", "system", "box"),
+    [
+        ("amir", AMIR_SYSTEM_PROMPT, "\\boxed{{final answer here}}"),
+        ("amir_groupwise", AMIR_GROUPWISE_SYSTEM_PROMPT, "\\boxed{final answer here}"),
+    ],
+)
+def test_amir_system_prompt_asks_for_the_four_blocks_in_order(
+    name: str, system: str, box: str
+) -> None:
+    messages = build_messages(PROBLEM, name)
     assert [m["role"] for m in messages] == ["system", "user"]
-    assert messages[0]["content"] == AMIR_SYSTEM_PROMPT
+    assert messages[0]["content"] == system
     assert messages[1]["content"] == QUESTION
-    format_lines = AMIR_SYSTEM_PROMPT.split("format:\n", 1)[1].splitlines()
+    format_lines = re.split(r"format(?: that must be followed is)?:\n", system)[1].splitlines()
     assert [line.split(" ", 1)[0] for line in format_lines] == [
         "<think>",
         "<answer>",
         "<analysis>",
         "<confidence>",
     ]
-    assert "\\boxed{final answer here}" in format_lines[1]
+    assert box in format_lines[1]
     assert "between 0 and 1" in format_lines[3]
+    assert TEMPLATES[name].asks_confidence
+
+
+def test_amir_prompt_is_the_official_text_to_the_letter() -> None:
+    """`_CALIBRATED_TEMPLATE` of the official Data/data.py, never passed through .format():
+    doubled braces, a blank before the newline of its first seven lines, a final newline."""
+    lines = AMIR_SYSTEM_PROMPT.split("\n")
+    assert len(lines) == 13 and lines[-1] == ""
+    assert lines[0] == (
+        "A conversation between User and Assistant. The user asks a question, and the "
+        "Assistant solves it. "
+    )
+    assert all(line.endswith(". ") or line.endswith(", ") for line in lines[:7])
+    assert lines[7] == "The final format that must be followed is:"
+    assert lines[9] == "<answer> \\boxed{{final answer here}} </answer>"
+    digest = hashlib.sha256(AMIR_SYSTEM_PROMPT.encode()).hexdigest()
+    assert digest == "525d6770df74a610ce9b483b42c7cabf3a4e7197a230f7c6559c123aefd533fa"
 
 
 def test_boxed_and_gsm8k_have_no_system_prompt() -> None:
@@ -110,7 +138,7 @@ def test_unknown_template() -> None:
     with pytest.raises(
         ValueError,
         match=r"unknown prompt template 'amri'; "
-        r"valid templates: \['amir', 'boxed', 'gsm8k', 'plain'\]",
+        r"valid templates: \['amir', 'amir_groupwise', 'boxed', 'gsm8k', 'plain'\]",
     ):
         render_prompt(PROBLEM, "amri")
     with pytest.raises(ValueError, match="valid templates"):

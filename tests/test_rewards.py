@@ -446,3 +446,38 @@ def test_numbers_of_other_types_are_accepted() -> None:
         assert scores.total.tolist() == pytest.approx([0.5, 2.0])
     finally:
         COMPONENTS.pop("numpy_plugin")
+
+
+def test_weighted_total_sums_as_the_official_code_so_pairs_at_the_margin_agree() -> None:
+    """TRL sums the official reward_funcs' float32 columns [B, K] with nansum in their order
+    (brier_score, xmlcount, strict format, int, correctness). A correct completion at
+    confidence 0.8 and a wrong one at 0.2 (Brier terms 0.96 both), tag count 0.17, integer 0.2:
+    their totals differ by exactly 2.0 there, so the margin-2.0 pair (gap > margin) is not
+    formed; added in our weights' order the gap is 2.0000002 and the pair would be formed."""
+    from groupwise.algorithms import mine_pairs
+    from groupwise.rewards.suite import weighted_total
+
+    official = ["calibration_official", "tag_count", "format_official", "integer_official"]
+    official.append("correctness")
+    rows = [[1 - 0.2**2, 0.175 - 0.005, 0.0, 0.2, 2.0], [1 - 0.2**2, 0.175 - 0.005, 0.0, 0.2, 0.0]]
+    stacked = torch.tensor(rows, dtype=torch.float32)
+    trl = (stacked * torch.ones(5, dtype=torch.float32).unsqueeze(0)).nansum(dim=1)
+    columns = {name: stacked[:, i] for i, name in enumerate(official)}
+    weights = dict.fromkeys(suite_module.AMIR_GRPO_WEIGHTS, 1.0)  # correctness first
+    total = weighted_total(columns, weights)
+    assert torch.equal(total, trl) and float(total[0] - total[1]) == 2.0
+    sequential = torch.zeros(2)
+    for name in weights:  # the former sum: left to right in the weights' order
+        sequential = sequential + weights[name] * columns[name]
+    assert float(sequential[0] - sequential[1]) == pytest.approx(2.0000002, abs=1e-7)
+    assert float(sequential[0] - sequential[1]) != 2.0
+    # whatever order the weights come in, the total is the same to the bit
+    assert torch.equal(weighted_total(columns, dict(reversed(weights.items()))), trl)
+    chosen, _ = mine_pairs(total, group_size=2, margin=2.0)
+    assert chosen.numel() == 0
+    chosen, _ = mine_pairs(sequential, group_size=2, margin=2.0)
+    assert chosen.numel() == 1
+    # weights scale the columns before the sum, as TRL's reward_weights
+    scaled = weighted_total(columns, {**weights, "tag_count": 0.5})
+    expected = (stacked * torch.tensor([1, 0.5, 1, 1, 1]).unsqueeze(0)).nansum(dim=1)
+    assert torch.equal(scaled, expected)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from groupwise import sft
 from groupwise.config import ConfigError
 from groupwise.data.synthetic import LEVELS, generate_problems
+from groupwise.models import load_saved_llama
 from groupwise.sft import (
     IGNORE_INDEX,
     SFTSettings,
@@ -137,7 +138,7 @@ def test_training_is_deterministic_saved_and_loaded_exactly(trained, tmp_path: P
     path = train_base_policy(TINY, tmp_path / "policy")
     assert torch.equal(torch.random.get_rng_state(), state)  # caller's RNG left alone
     assert (path / "config.json").is_file() and (path / sft.SETTINGS_FILE).is_file()
-    loaded, loaded_tokenizer = sft._load_saved(path)
+    loaded, loaded_tokenizer = load_saved_llama(path)
     texts = ["Start with 12, add 30. What is the result?", "Start with 9"]
     assert (
         loaded_tokenizer(texts, padding=True)["input_ids"]

@@ -1,7 +1,7 @@
 """The import rules of docs/design.md, checked statically over src/groupwise: no two modules import
 each other, directly or round a longer loop (imports inside functions and
 importlib.import_module("groupwise....") calls included); nothing imports cli; algorithms
-import nothing else of the project."""
+import nothing else of the project; the ground floor imports no engine or command."""
 
 from __future__ import annotations
 
@@ -136,6 +136,36 @@ def test_nothing_imports_cli_and_algorithms_import_only_themselves() -> None:
     for module in (m for m in graph if m.startswith("groupwise.algorithms")):
         outside = {d for d in graph[module] if not d.startswith("groupwise.algorithms")}
         assert not outside, f"{module} imports {sorted(outside)}"
+
+
+# The floors above the ground floor (docs/design.md "Layout (the rooms)"): engines, commands.
+UPPER_FLOORS = (
+    "groupwise.train",
+    "groupwise.evaluation",
+    "groupwise.analysis",
+    "groupwise.integrations",
+    "groupwise.report",
+    "groupwise.sft",
+    "groupwise.cli",
+    "groupwise.__main__",
+)
+
+
+def _upper(module: str) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in UPPER_FLOORS)
+
+
+def test_the_ground_floor_imports_no_engine_or_command() -> None:
+    """models, scoring, rollout, rewards, data, figures, records, ... never reach up."""
+    graph = import_graph()
+    arrows = sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if not _upper(module)
+        for dep in deps
+        if _upper(dep)
+    )
+    assert not arrows, "back-arrows from the ground floor: " + "; ".join(arrows)
 
 
 BENCH = PACKAGE.parents[1] / "bench"

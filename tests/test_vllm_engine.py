@@ -33,12 +33,15 @@ from typing import Any
 import pytest
 import torch
 from vllm_support import (
+    ENGINE_CORES,
     LOGP_TOLERANCE,
     MODEL,
     SERVED,
+    SERVER_CORES,
     goodness_of_fit_p_value,
     one_torch_thread,
     permutation_p_value,
+    worker_cores,
 )
 
 from groupwise.data import BenchmarkSpec, Problem, render_prompt
@@ -47,6 +50,7 @@ from groupwise.evaluation import EvalConfig, evaluate
 from groupwise.metrics import pass_at_k
 from groupwise.records import group_by_problem, read_samples
 from groupwise.rollout import SamplingParams
+from groupwise.rollout.vllm_cpu import parse_core_list
 from groupwise.scoring import ModelScorer, completion_logprobs, pad_token_rows
 
 # The agreement problems: arith (synthetic, no data files) at its easy level with the boxed
@@ -96,7 +100,9 @@ def engine(adapter: Path) -> Any:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from groupwise.rollout import VLLMEngine
 
-    return VLLMEngine(MODEL, adapter=str(adapter), engine_args={"max_model_len": 2048})
+    return VLLMEngine(
+        MODEL, adapter=str(adapter), engine_args={"max_model_len": 2048}, cpu_cores=ENGINE_CORES
+    )
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +126,18 @@ def problems(spec: str, count: int) -> list[Problem]:
 
 def prompt_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def test_the_engine_and_the_server_run_on_the_cores_they_are_given(
+    engine: Any, vllm_server_url: str
+) -> None:
+    """The in-process engine's worker and the server's are bound to the disjoint core lists
+    groupwise gave them (their /proc/PID/status Cpus_allowed_list), and the engine records it."""
+    assert not set(ENGINE_CORES) & set(SERVER_CORES)
+    assert worker_cores() == sorted([ENGINE_CORES, SERVER_CORES])
+    record = engine.cpu_binding.record()
+    assert record["threads"] == len(ENGINE_CORES) and record["worker"] == "own process"
+    assert parse_core_list(record["VLLM_CPU_OMP_THREADS_BIND"]) == ENGINE_CORES
 
 
 def test_sampled_log_probs_are_the_raw_models(base: Any, policy: tuple[Any, Any]) -> None:

@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_support import ENGINE_CORES
+
+from groupwise.rollout.vllm_cpu import core_list
 
 TESTS = Path(__file__).resolve().parent
 
@@ -48,12 +51,21 @@ def test_colocate_trains_and_uses_trls_old_policy(
             correction,
             "--steps",
             "3",
+            "--cores",
+            core_list(ENGINE_CORES),
             *adapter,
         ],
         check=True,
         timeout=900,
     )
     run = json.loads(out.read_text())
+    # the colocated engine runs in the training process, on the cores it was given (not the
+    # session server's), with as many torch threads; what was set is recorded
+    binding = run["cpu_binding"]
+    assert binding["process_cores"] == ENGINE_CORES
+    assert binding["torch_threads"] == len(ENGINE_CORES)
+    assert binding["recorded"]["cores"] == core_list(ENGINE_CORES)
+    assert binding["recorded"]["OMP_NUM_THREADS"] == str(len(ENGINE_CORES))
     logs = [e for e in run["log_history"] if "loss" in e]
     assert len(logs) == 3 and all(math.isfinite(e["loss"]) for e in logs)
     assert all(e["amir/pairs"] > 0 and "groups/mixed" in e and "amir/lambda" in e for e in logs)

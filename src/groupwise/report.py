@@ -4,14 +4,19 @@ For each run (NAME=DIR or DIR): its training curves from DIR/metrics.jsonl (one 
 step; missing keys and a torn last line of a run still in progress are tolerated) and its
 evaluation tables from DIR/eval/*/results.json, DIR/results.json, or a results.json file given
 directly. Curves of all runs share one figure (one panel per metric); evaluations are compared
-in one table per k (rows: benchmarks, columns: evaluations) and a pass@1 bar chart. Figures are
-written as PNG next to the page, named after it.
+in one table per k (rows: benchmarks, columns: evaluations) and a pass@1 bar chart; the
+calibration of evaluations whose prompt asked for a confidence (docs/algorithms.md §6) per
+benchmark, and each one's difference to the first with paired bootstrap intervals (read from
+the samples.jsonl beside each results.json). Figures are written as PNG next to the page,
+named after it.
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from groupwise.records import RESULTS_FILE, read_json, read_jsonl
+from groupwise.records import RESULTS_FILE, SAMPLES_FILE, read_json, read_jsonl, read_samples
 
 # (metrics.jsonl key, panel title); a panel is drawn when at least one run logged its key
 CURVES: tuple[tuple[str, str], ...] = (
@@ -44,6 +49,7 @@ class RunRecord:
     path: Path
     metrics: list[dict[str, Any]] = field(default_factory=list)
     evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> results.json
+    samples: dict[str, Path] = field(default_factory=dict)  # label -> samples.jsonl beside it
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -83,6 +89,8 @@ def load_record(name: str, path: Path) -> RunRecord:
         if not isinstance(data, dict):
             raise ValueError(f"{results}: expected a JSON object of benchmarks")
         record.evals[label] = data
+        if (results.parent / SAMPLES_FILE).is_file():
+            record.samples[label] = results.parent / SAMPLES_FILE
     if not record.metrics and not record.evals:
         raise FileNotFoundError(
             f"run {name!r}: no metrics.jsonl, results.json or eval/*/results.json under {path}"
@@ -102,7 +110,7 @@ def _moving_average(values: np.ndarray, window: int) -> np.ndarray:
 def plot_curves(records: Sequence[RunRecord], path: Path) -> Path | None:
     """One panel per logged metric, one line per run (raw faint, moving average solid when a
     run has more than 50 steps). None when no run logged any metric."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+    from groupwise.figures import new_figure, save_figure, series_colors
 
     panels = [(k, t) for k, t in CURVES if any(k in row for r in records for row in r.metrics)]
     if not panels:
@@ -174,7 +182,7 @@ def eval_tables(
 
 def plot_pass1(evals: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
     """Grouped bars of pass@1 (percent, with its interval) per benchmark and evaluation."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+    from groupwise.figures import new_figure, save_figure, series_colors
 
     labels = list(evals)
     benches = list(dict.fromkeys(b for r in evals.values() for b in _benchmarks(r)))
@@ -200,6 +208,135 @@ def plot_pass1(evals: Mapping[str, Mapping[str, Any]], path: Path) -> Path | Non
     ax.set_ylabel("pass@1 (%)")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+def _calibrated(results: Mapping[str, Any]) -> list[str]:
+    return [b for b in _benchmarks(results) if "calibration" in results[b]]
+
+
+def _signed(table: Mapping[str, Any], key: str, scale: float, digits: int) -> str:
+    value, ci = table.get(key), table.get(f"{key}_ci")
+    if value is None:
+        return "-"
+    text = f"{scale * value:+.{digits}f}"
+    if ci:
+        text += f" [{scale * ci[0]:+.{digits}f}, {scale * ci[1]:+.{digits}f}]"
+    return text
+
+
+PAIRED_HEADER = [
+    "benchmark",
+    "difference",
+    "shared problems",
+    "coverage (pts)",
+    "Brier",
+    "ECE equal-mass",
+    "ECE equal-width",
+    "AUROC",
+    "conf - acc (pts)",
+]
+
+
+def paired_calibration_rows(
+    evals: Mapping[str, Mapping[str, Any]],
+    samples: Mapping[str, Path],
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> list[list[str]]:
+    """Rows of PAIRED_HEADER: for each evaluation with calibration after the first one (the
+    baseline) and each benchmark both calibrated, the difference later - baseline of every
+    calibration figure with its paired 95 % bootstrap interval over their shared problems
+    (groupwise.calibration.paired_calibration_table, from both samples.jsonl files; an
+    evaluation without its samples.jsonl is left out)."""
+    from groupwise.calibration import paired_calibration_table
+    from groupwise.evaluation.calibration import sample_arrays
+    from groupwise.records import group_by_problem
+
+    labels = [label for label, r in evals.items() if _calibrated(r) and label in samples]
+    if len(labels) < 2:
+        return []
+    by_bench: dict[str, dict[str, dict[str, list[Any]]]] = {}
+    for label in labels:
+        groups = group_by_problem(read_samples(samples[label]))
+        per_bench: dict[str, list[Any]] = {}
+        for (bench, _), group in groups.items():
+            per_bench.setdefault(bench, []).append(group)
+        by_bench[label] = {b: sample_arrays(g) for b, g in per_bench.items()}
+    base, rows = labels[0], []
+    for other in labels[1:]:
+        for bench in _calibrated(evals[base]):
+            if bench not in _calibrated(evals[other]):
+                continue
+            first, second = by_bench[base].get(bench), by_bench[other].get(bench)
+            if first is None or second is None:
+                continue
+            table = paired_calibration_table(first, second, bootstrap=bootstrap, seed=seed)
+            rows.append(
+                [
+                    bench,
+                    f"{other} - {base}",
+                    str(table["problems"]),
+                    _signed(table, "coverage", 100.0, 1),
+                    _signed(table, "brier", 1.0, 3),
+                    _signed(table, "ece_mass", 1.0, 3),
+                    _signed(table, "ece_width", 1.0, 3),
+                    _signed(table, "auroc", 1.0, 3),
+                    _signed(table, "overconfidence", 100.0, 1),
+                ]
+            )
+    return rows
+
+
+def calibration_blocks(
+    evals: Mapping[str, Mapping[str, Any]], samples: Mapping[str, Path]
+) -> list[Block]:
+    """The page's calibration section: each calibrated evaluation's figures per benchmark, then
+    the paired differences against the first one ([] when no evaluation has calibration)."""
+    from groupwise.evaluation.calibration import CALIBRATION_HEADER, calibration_cells
+
+    calibrated = [label for label, r in evals.items() if _calibrated(r)]
+    if not calibrated:
+        return []
+    benches = list(dict.fromkeys(b for label in calibrated for b in _calibrated(evals[label])))
+    rows = [
+        [bench, label, *calibration_cells(evals[label][bench]["calibration"])]
+        for bench in benches
+        for label in calibrated
+        if bench in _calibrated(evals[label])
+    ]
+    blocks: list[Block] = [
+        ("h", 2, "Calibration"),
+        (
+            "p",
+            "Stated confidences of the evaluations whose prompt asks for one "
+            "(docs/algorithms.md §6): completions without a parsable confidence are counted "
+            "(coverage, missing) and left out of the other figures, never read as 0.5; ECE "
+            "with M = 10 bins; 95 % bootstrap intervals over problems.",
+        ),
+        ("table", ["benchmark", "evaluation", *CALIBRATION_HEADER], rows),
+    ]
+    paired = paired_calibration_rows(evals, samples)
+    if paired:
+        blocks += [
+            ("h", 3, "Calibration differences (paired)"),
+            (
+                "p",
+                f"Each evaluation minus {calibrated[0]}, on the problems both have: the "
+                "difference of each figure with a paired 95 % bootstrap interval (each resample "
+                "draws the problems once for both runs). Lower Brier and ECE are better, higher "
+                "AUROC; an interval that excludes 0 is a difference beyond resampling noise.",
+            ),
+            ("table", PAIRED_HEADER, paired),
+        ]
+    elif len(calibrated) > 1:
+        blocks.append(
+            (
+                "p",
+                "No paired differences: they need each evaluation's samples.jsonl beside its "
+                "results.json.",
+            )
+        )
+    return blocks
 
 
 # A page is a list of blocks: ("h", level, text), ("p", text), ("img", file, alt),
@@ -260,6 +397,83 @@ def _last(rows: Sequence[Mapping[str, Any]], key: str) -> str:
     return "-"
 
 
+# Settings that a results.json written before they existed lacks, with the value it had then
+_FORMER_DEFAULTS = {"stop": []}
+
+
+def settings_mismatches(evals: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per setting of PASS_AT_K_SETTINGS (groupwise.evaluation.provenance) in which
+    the evaluations' results.json configs differ, naming each evaluation's value; evaluations
+    whose config lacks a setting are left out of that setting's comparison."""
+    from groupwise.evaluation.provenance import PASS_AT_K_SETTINGS
+
+    lines = []
+    for key in PASS_AT_K_SETTINGS:
+        values = {}
+        for label, results in evals.items():
+            config = results.get("config")
+            if not isinstance(config, dict):
+                continue
+            if key in config:
+                values[label] = config[key]
+            elif key in _FORMER_DEFAULTS and "temperature" in config:
+                values[label] = _FORMER_DEFAULTS[key]
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            lines.append(f"{key}: " + ", ".join(f"{label} {v!r}" for label, v in values.items()))
+    return lines
+
+
+def settings_rows(evals: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """Rows of SETTINGS_HEADER: what produced each evaluation (its config and provenance)."""
+    rows = []
+    for label, results in evals.items():
+        config = results.get("config") if isinstance(results.get("config"), dict) else {}
+        record = config.get("provenance") or {}
+        adapter = record.get("adapter") or {}
+        versions = record.get("versions") or {}
+        model = record.get("model") or {}
+        digest = model.get("sha256") or model.get("revision")
+        rows.append(
+            [
+                label,
+                str(config.get("model", "-")) + (f" ({digest[:12]})" if digest else ""),
+                (
+                    f"step {adapter.get('step')}, {adapter.get('chosen')} "
+                    f"({str(adapter.get('sha256', ''))[:12]})"
+                    if adapter
+                    else ("-" if not config.get("adapter") else str(config["adapter"]))
+                ),
+                str(config.get("engine", "-")),
+                ", ".join(
+                    f"{key} {config[key]}"
+                    for key in ("n", "temperature", "top_p", "max_new_tokens", "prompt")
+                    if key in config
+                ),
+                str(config.get("checking", "-")),
+                str(config.get("seed", "-")),
+                ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "python") or "-",
+            ]
+        )
+    return rows
+
+
+SETTINGS_HEADER = [
+    "evaluation",
+    "model",
+    "adapter",
+    "engine",
+    "sampling",
+    "checking",
+    "seed",
+    "versions",
+]
+
+
+def _eval_label(records: Sequence[RunRecord], record: RunRecord, label: str) -> str:
+    """An evaluation's name on the page: RUN/LABEL, or LABEL alone for one run with one."""
+    return f"{record.name}/{label}" if len(records) > 1 or len(record.evals) > 1 else label
+
+
 def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Block]:
     """The page's blocks; writes its figures next to `page` as <stem>-*.png."""
     blocks: list[Block] = [("h", 1, title), ("h", 2, "Runs")]
@@ -301,11 +515,24 @@ def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Blo
             ("img", curves.name, "training curves"),
         ]
     evals = {
-        (f"{r.name}/{label}" if len(records) > 1 or len(r.evals) > 1 else label): results
+        _eval_label(records, r, label): results
         for r in records
         for label, results in r.evals.items()
     }
     if evals:
+        blocks += [
+            ("h", 2, "Evaluation settings"),
+            ("table", SETTINGS_HEADER, settings_rows(evals)),
+        ]
+        mismatches = settings_mismatches(evals)
+        if mismatches:
+            blocks.append(
+                (
+                    "p",
+                    "Warning: these evaluations differ in settings that change pass@k, so their "
+                    "numbers do not measure the same thing: " + "; ".join(mismatches) + ".",
+                )
+            )
         blocks += [
             ("h", 2, "Evaluation"),
             (
@@ -319,6 +546,12 @@ def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Blo
         bars = plot_pass1(evals, page.with_name(f"{page.stem}-pass1.png"))
         if bars is not None:
             blocks.append(("img", bars.name, "pass@1 per benchmark"))
+        samples = {
+            _eval_label(records, r, label): path
+            for r in records
+            for label, path in r.samples.items()
+        }
+        blocks += calibration_blocks(evals, samples)
     return blocks
 
 
@@ -337,6 +570,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the page: .md (Markdown) or .html; figures go next to it",
     )
     parser.add_argument("--title", default="groupwise report", help="page title")
+    parser.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="compare evaluations even when they differ in a setting that changes pass@k "
+        "(temperature, top-p, max new tokens, prompt, checking, stop strings, limit); the "
+        "page then says which",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -346,6 +586,20 @@ def run(args: argparse.Namespace) -> int:
     if page.suffix.lower() not in (".md", ".html", ".htm"):
         raise SystemExit(f"--output {page}: use a .md or .html file name")
     records = [load_record(name, path) for name, path in parse_run_specs(args.runs).items()]
+    evals = {
+        _eval_label(records, r, label): results
+        for r in records
+        for label, results in r.evals.items()
+    }
+    mismatches = settings_mismatches(evals)
+    if mismatches and not args.allow_mismatch:
+        print(
+            "groupwise report: the evaluations differ in settings that change pass@k ("
+            + "; ".join(mismatches)
+            + "); compare evaluations made alike, or pass --allow-mismatch",
+            file=sys.stderr,
+        )
+        return 2
     page.parent.mkdir(parents=True, exist_ok=True)
     blocks = build_page(records, page, args.title)
     text = (

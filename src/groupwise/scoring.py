@@ -36,7 +36,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from groupwise.algorithms import sequence_mean_logp, token_logprobs
-from groupwise.rollout.transformers_engine import cache_kwarg
+from groupwise.models import cache_kwarg
 
 if TYPE_CHECKING:
     from groupwise.rollout import Rollouts

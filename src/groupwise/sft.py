@@ -41,6 +41,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from groupwise.config import apply_override, build
 from groupwise.data.synthetic import LEVELS, generate_problems
+from groupwise.models import ARITH_BASE_DIR, load_saved_llama
 
 # Changing what training does (data, loss, schedule, tokenizer) must change this, so that
 # caches written by older code are not reused.
@@ -51,7 +52,7 @@ IGNORE_INDEX = -100
 SETTINGS_FILE = "sft_settings.json"
 SCORES_FILE = "scores.json"
 # The base policy of SFTSettings(), shipped inside the package (package data).
-SHIPPED_DIR = Path(__file__).parent / "weights" / "arith-base"
+SHIPPED_DIR = ARITH_BASE_DIR
 # base_policy_scores: test problems per level and the greedy completion's token budget.
 SCORED_PROBLEMS = 100
 SCORED_TOKENS = 96
@@ -404,12 +405,6 @@ def _shipped_settings() -> SFTSettings | None:
     return SFTSettings(**record["settings"])
 
 
-def _load_saved(path: Path) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
-    model = LlamaForCausalLM.from_pretrained(path)
-    model.eval()
-    return model, PreTrainedTokenizerFast.from_pretrained(path)
-
-
 def load_base_policy(
     *, settings: SFTSettings | None = None, cache: bool = True, **overrides: object
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
@@ -424,7 +419,7 @@ def load_base_policy(
     """
     settings = (settings or SFTSettings()).with_overrides(**overrides)
     if settings == _shipped_settings():
-        return _load_saved(SHIPPED_DIR)
+        return load_saved_llama(SHIPPED_DIR)
     if not cache:
         model, tokenizer, _ = fit_base_policy(settings)
         return model, tokenizer
@@ -439,7 +434,7 @@ def load_base_policy(
                 tmp.rename(final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return _load_saved(final)
+    return load_saved_llama(final)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -461,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # ConfigError, or a range SFTSettings refuses
         parser.error(str(err))
     folder = train_base_policy(settings, args.output)
-    model, tokenizer = _load_saved(folder)
+    model, tokenizer = load_saved_llama(folder)
     scores = base_policy_scores(model, tokenizer)
     (folder / SCORES_FILE).write_text(json.dumps(scores, indent=2) + "\n")
     print(f"{folder}: {json.dumps(scores)}")

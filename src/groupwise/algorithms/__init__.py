@@ -34,6 +34,10 @@ from groupwise.algorithms.estimators import (
     get_advantage_estimator,
     register_advantage_estimator,
 )
+from groupwise.algorithms.importance import (
+    sampling_logp_difference,
+    truncated_importance_weights,
+)
 from groupwise.algorithms.logprobs import sequence_mean_logp, token_logprobs
 from groupwise.algorithms.objective import LossSettings, LossTerms, loss_terms, micro_batch_share
 from groupwise.algorithms.options import (
@@ -98,7 +102,9 @@ __all__ = [
     "preference_loss",
     "preference_surrogate",
     "register_advantage_estimator",
+    "sampling_logp_difference",
     "sequence_mean_logp",
     "token_logprobs",
+    "truncated_importance_weights",
     "unreachable_margin",
 ]

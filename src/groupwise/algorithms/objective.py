@@ -64,6 +64,7 @@ def loss_terms(
     old_logp: Tensor | None = None,
     ref_logp: Tensor | None = None,
     coefficients: Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> LossTerms:
     """The three terms of one micro-batch of whole rows.
 
@@ -76,6 +77,8 @@ def loss_terms(
             rollout policy (ratio 1 exactly, policy_loss).
         ref_logp: [b, T] reference log-probs; needed when settings.kl_coef > 0.
         coefficients: [b] AMIR's c_k of these rows (preference_coefficients), or None.
+        token_weights: [b, T] weights of the surrogate's tokens (truncated importance
+            weights against the sampler, groupwise.algorithms.importance), or None.
 
     Returns:
         LossTerms.
@@ -92,6 +95,7 @@ def loss_terms(
         ratio_level=settings.ratio_level,
         aggregation=settings.aggregation,
         max_completion_length=settings.max_completion_length,
+        token_weights=token_weights,
     )
     kl = None
     if settings.kl_coef > 0:

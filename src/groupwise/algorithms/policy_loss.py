@@ -85,6 +85,7 @@ def policy_loss(
     ratio_level: str = "token",
     aggregation: str = "grpo",
     max_completion_length: int | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss L = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A), aggregated.
 
@@ -112,6 +113,8 @@ def policy_loss(
         ratio_level: "token" | "sequence", where the importance ratio is taken.
         aggregation: "grpo" | "dapo" | "dr_grpo".
         max_completion_length: denominator length of "dr_grpo", int >= 1 or None.
+        token_weights: [B, T] constants multiplying each token's surrogate before aggregation
+            (the truncated importance weights of groupwise.algorithms.importance), or None.
 
     Returns:
         (loss, metrics): a scalar loss, and detached scalar metrics, fractions over the
@@ -146,6 +149,10 @@ def policy_loss(
     adv = advantages.detach().to(logp.dtype).unsqueeze(1)
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
     per_token = -torch.minimum(ratio * adv, clipped * adv)
+    if token_weights is not None:
+        if not isinstance(token_weights, Tensor) or tuple(token_weights.shape) != shape:
+            raise ValueError(f"token_weights must be None or a tensor of logp's shape {shape}")
+        per_token = per_token * token_weights.detach().to(per_token.dtype)
 
     loss = aggregate_token_losses(per_token, mask, aggregation, max_completion_length)
 

@@ -81,7 +81,7 @@ def plot_coverage(
     cells: Sequence[CoverageCell], names: Sequence[str], path: Path, title: str
 ) -> Path:
     """UpSet-style figure: bars of each cell's percent of the union, dot matrix of its runs."""
-    from groupwise.analysis.figures import new_figure, save_figure
+    from groupwise.figures import new_figure, save_figure
 
     shown = [c for c in cells if any(c.solved)]
     fig, axes = new_figure(

@@ -522,7 +522,7 @@ def summarize_run(
     items: Sequence[ErrorItem], taxonomy: Sequence[ErrorType], grid: Sequence[float]
 ) -> dict[str, Any]:
     """Counts per error type, relative positions, their KDE on `grid`, and the failures."""
-    from groupwise.analysis.figures import gaussian_kde
+    from groupwise.figures import gaussian_kde
 
     judged = [i for i in items if i.judgement is not None]
     positions = [float(i.relative_position) for i in judged]  # type: ignore[arg-type]
@@ -557,7 +557,7 @@ def plot_errors(
     summary: Mapping[str, Mapping[str, Any]], taxonomy: Sequence[ErrorType], out: Path
 ) -> list[Path]:
     """errors_types.png (share of each type per run) and errors_position.png (KDE per run)."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+    from groupwise.figures import new_figure, save_figure, series_colors
 
     names = list(summary)
     colors = series_colors(len(names))

@@ -81,7 +81,7 @@ def plot_perplexity(
 ) -> Path:
     """One panel per stratum, one box per run (ppl[stratum][run] = rollout perplexities);
     `problems[stratum]`, when given, is shown in the panel title."""
-    from groupwise.analysis.figures import new_figure, save_figure, series_colors
+    from groupwise.figures import new_figure, save_figure, series_colors
 
     fig, axes = new_figure(width=4.5 * len(ppl), height=4, ncols=len(ppl), sharey=True)
     for ax, (stratum, per_run) in zip(axes[0], ppl.items(), strict=True):

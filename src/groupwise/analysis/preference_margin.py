@@ -76,7 +76,7 @@ def ratio_of_means(means: Mapping[str, float | None]) -> dict[str, float | None]
 
 def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
     """Left: KDE of each run's margins with its mean marked; right: box plots side by side."""
-    from groupwise.analysis.figures import (
+    from groupwise.figures import (
         gaussian_kde,
         new_figure,
         save_figure,

@@ -2,9 +2,13 @@
 
 Templates (`TEMPLATES`):
 
-- "amir": the AMIR-GRPO calibrated format (docs/algorithms.md §2). A system prompt asks for
-  `<think> ... </think> <answer> \\boxed{...} </answer> <analysis> ... </analysis>
-  <confidence> p </confidence>` with p in [0, 1]; the user message is the question.
+- "amir": the AMIR-GRPO calibrated format (docs/algorithms.md §2), the official system prompt
+  to the letter (`AMIR_SYSTEM_PROMPT`: `\\boxed{{final answer here}}` with the doubled braces
+  the official model sees). It asks for `<think> ... </think> <answer> \\boxed{...} </answer>
+  <analysis> ... </analysis> <confidence> p </confidence>` with p in [0, 1]; the user message
+  is the question.
+- "amir_groupwise": the same format in groupwise's wording (`AMIR_GROUPWISE_SYSTEM_PROMPT`,
+  single braces; a named deviation, the prompt of groupwise before 0.x kept under its name).
 - "boxed": no system prompt; the question, then "Please reason step by step, and put your final
   answer within \\boxed{}." (the usual Qwen2.5-Math / LENS style).
 - "gsm8k": no system prompt; the question, then a request to end with a line `#### N`.
@@ -16,12 +20,22 @@ question, and the chat templates ask for the letter of the correct option.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from groupwise.data.benchmarks import Problem
 
-__all__ = ["TEMPLATES", "Template", "build_messages", "get_template", "render_prompt", "user_text"]
+__all__ = [
+    "TEMPLATES",
+    "Template",
+    "build_messages",
+    "get_template",
+    "render_prompt",
+    "template_digest",
+    "user_text",
+]
 
 _LETTERS = "ABCDEFGHIJ"
 
@@ -30,16 +44,44 @@ _LETTERS = "ABCDEFGHIJ"
 class Template:
     """system: the system prompt, or None. instruction: appended to the user message after the
     question (and options). choice_instruction: appended for multiple-choice problems instead.
-    chat: False means the prompt is the user text itself, never wrapped in a chat template."""
+    chat: False means the prompt is the user text itself, never wrapped in a chat template.
+    asks_confidence: the prompt asks for a verbalized `<confidence>`, so evaluations report its
+    calibration (docs/guides/calibration.md)."""
 
     name: str
     system: str | None
     instruction: str | None
     choice_instruction: str | None
     chat: bool = True
+    asks_confidence: bool = False
 
 
 AMIR_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. \n"
+    "The Assistant first thinks about the reasoning process in the mind, provides the user with "
+    "the final answer, \n"
+    "then analyzes its confidence about the solution and provides the user with its confidence "
+    "level. \n"
+    "The confidence level is a number between 0 and 1 (inclusive) enclosed within <confidence> "
+    "</confidence> tags. \n"
+    "The final answer is enclosed between <answer> </answer> tags. \n"
+    "The analysis about confidence and uncertainty is enclosed within <analysis> </analysis> "
+    "tags. \n"
+    "The Assistant should reason about its confidence in the solution and its uncertainty in the "
+    "solution within these tags. \n"
+    "The final format that must be followed is:\n"
+    "<think> reasoning process here </think>\n"
+    "<answer> \\boxed{{final answer here}} </answer>\n"
+    "<analysis> analysis about confidence and uncertainty here </analysis>\n"
+    "<confidence> confidence level here (number between 0 and 1) </confidence>\n"
+)
+"""The AMIR-GRPO official system prompt, to the letter: `_CALIBRATED_TEMPLATE` of the official
+`Data/data.py` as the official model sees it. That string is never passed through
+`.format()`, so its `\\boxed{{final answer here}}` keeps both doubled braces; the trailing
+blanks of its lines and its final newline are kept too."""
+
+AMIR_GROUPWISE_SYSTEM_PROMPT = (
     "A conversation between User and Assistant. The User asks a question and the Assistant "
     "solves it. The Assistant first reasons about the problem, then gives the final answer, "
     "then analyzes how confident it is in its solution and states that confidence as a number "
@@ -54,6 +96,9 @@ AMIR_SYSTEM_PROMPT = (
     "<analysis> analysis of confidence and uncertainty here </analysis>\n"
     "<confidence> confidence level here (a number between 0 and 1) </confidence>"
 )
+"""groupwise's rewording of `AMIR_SYSTEM_PROMPT` (the `amir_groupwise` prompt, a named
+deviation): the same four blocks in the same order, with single braces in `\\boxed{}`, the
+box asked for in words, and no trailing blanks."""
 
 _BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 _BOXED_CHOICE = (
@@ -66,6 +111,14 @@ TEMPLATES: dict[str, Template] = {
         AMIR_SYSTEM_PROMPT,
         None,
         "Answer with the letter of the correct option.",
+        asks_confidence=True,
+    ),
+    "amir_groupwise": Template(
+        "amir_groupwise",
+        AMIR_GROUPWISE_SYSTEM_PROMPT,
+        None,
+        "Answer with the letter of the correct option.",
+        asks_confidence=True,
     ),
     "boxed": Template("boxed", None, _BOXED_INSTRUCTION, _BOXED_CHOICE),
     "gsm8k": Template(
@@ -78,6 +131,14 @@ TEMPLATES: dict[str, Template] = {
     ),
     "plain": Template("plain", None, None, None, chat=False),
 }
+
+
+def template_digest(name: str) -> str:
+    """sha256 (hex) of what template `name` shows the model: its system prompt, instructions
+    and whether it is a chat; it changes when a template's text does, its name kept."""
+    spec = get_template(name)
+    text = json.dumps([spec.system, spec.instruction, spec.choice_instruction, spec.chat])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def get_template(name: str) -> Template:

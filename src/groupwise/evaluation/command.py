@@ -482,5 +482,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     print(results_markdown(results))
-    print(f"wrote {args.output / 'results.json'}, results.md, results.png, samples.jsonl")
+    calibrated = any(isinstance(v, dict) and "calibration" in v for v in results.values())
+    figures = "results.png, calibration.png" if calibrated else "results.png"
+    print(f"wrote {args.output / 'results.json'}, results.md, {figures}, samples.jsonl")
     return 0

@@ -192,6 +192,7 @@ class EvalConfig:
         "dtype",
         "seed",
         "seeding",
+        "prompt_digest",
         "engine",
         "api",
         "stop",
@@ -279,12 +280,15 @@ class EvalConfig:
         return max(1, self.batch_size // self.n)
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as JSON values, with the seeding scheme (config.json, results.json)."""
+        """The settings as JSON values, with the seeding scheme and the digest of the prompt
+        template's text (config.json, results.json)."""
+        from groupwise.data.prompts import template_digest
+
         out = {
             f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
             for f in fields(self)
         }
-        return {**out, "seeding": SEEDING}
+        return {**out, "seeding": SEEDING, "prompt_digest": template_digest(self.prompt)}
 
 
 def _check_benchmarks(specs: tuple[str, ...]) -> None:

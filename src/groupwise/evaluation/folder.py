@@ -2,7 +2,8 @@
 
 Files (see groupwise.records):
 - config.json: the settings; a rerun into the same folder resumes, and refuses if a setting
-  that changes the samples differs (`EvalConfig.SAMPLE_KEYS`), unless no sample was saved yet.
+  that changes the samples differs (`EvalConfig.SAMPLE_KEYS`, the prompt template's text
+  among them: `prompt_digest`), unless no sample was saved yet.
 - samples.jsonl: one line per completion, appended and flushed after every generate call, so a
   crash loses at most the batch in flight. A problem is done when all n of its samples are
   there; a rerun samples only the others, each with the seed it had (sampling.problem_seed), so
@@ -78,6 +79,8 @@ def check_folder(config: EvalConfig, output_dir: Path) -> None:
     saved = {**ADDED_SETTINGS, **saved}
     if "grading" in saved and "checking" not in saved:  # the setting's former name and values
         saved["checking"] = FORMER_GRADINGS.get(saved["grading"], saved["grading"])
+    if "prompt_digest" not in saved:  # written before the digest: the texts of then
+        saved["prompt_digest"] = _former_prompt_digest(saved.get("prompt"))
     diffs = [
         f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}"
         for k in config.SAMPLE_KEYS
@@ -90,6 +93,15 @@ def check_folder(config: EvalConfig, output_dir: Path) -> None:
             + "); use a new --output folder or the same "
             "settings to resume"
         )
+
+
+def _former_prompt_digest(prompt: str | None) -> str | None:
+    """The digest of prompt `prompt` as folders written before config.json had one show it:
+    "amir" then was the wording kept as "amir_groupwise" (the official text came later)."""
+    from groupwise.data.prompts import TEMPLATES, template_digest
+
+    former = "amir_groupwise" if prompt == "amir" else prompt
+    return template_digest(former) if former in TEMPLATES else None
 
 
 def _complete_problems(output_dir: Path, n: int) -> tuple[dict[ProblemKey, list[Sample]], bool]:

@@ -1,5 +1,7 @@
 """The results of an evaluation: pass@k per benchmark with its 95 % bootstrap interval over
-problems (docs/algorithms.md §4), as results.json, results.md and results.png.
+problems (docs/algorithms.md §4), as results.json, results.md and results.png; when the prompt
+asks for a confidence, its calibration too (docs/algorithms.md §6,
+groupwise.evaluation.calibration; the reliability diagram calibration.png).
 
 A benchmark whose problems carry a MATH difficulty level (MATH, MATH-500) is also reported per
 level and for Levels 4-5 together, the hard subset of the LENS paper's curves
@@ -12,7 +14,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from groupwise.evaluation.calibration import (
+    CALIBRATION_FIGURE,
+    add_calibration,
+    asks_confidence,
+    calibration_markdown,
+    plot_reliability,
+)
 from groupwise.evaluation.config import MEAN_LOGP_NOTES, EvalConfig
+from groupwise.evaluation.provenance import provenance
 from groupwise.records import RESULTS_FILE, Sample, write_json
 
 HARD_LEVELS = (4, 5)
@@ -42,10 +52,15 @@ def results_table(
     config: EvalConfig,
     groups: Mapping[str, Sequence[Sequence[Sample]]],
     levels: Mapping[str, Sequence[int | None]] | None = None,
+    provenance_record: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """{benchmark: {"n", "problems", "pass@k", "pass@k_ci", ..., "timeouts", "no_answer",
-    "errors", "truncated", "mean_tokens"[, "levels"]}, "config": {...}} from each problem's n
-    samples.
+    "errors", "truncated", "mean_tokens"[, "levels"][, "calibration"]}, "config": {...}} from
+    each problem's n samples; "calibration" (also in each level) when the prompt asks for a
+    confidence (groupwise.evaluation.calibration.calibration_entry). "config" holds the settings
+    and "provenance" (groupwise.evaluation.provenance: versions, engine, model and adapter
+    hashes, checkpoint step, sampling settings, seed): `provenance_record` when given (the
+    record of the session that sampled), else recorded now.
 
     pass@k and its interval come from metrics.pass_at_k_table (docs/algorithms.md §4); the
     counts are over samples. levels[benchmark], when given, holds each problem's difficulty
@@ -71,7 +86,13 @@ def results_table(
         bench_levels = (levels or {}).get(bench)
         if bench_levels is not None and any(lv is not None for lv in bench_levels):
             results[bench]["levels"] = _level_tables(config, counts, bench_levels)
-    results["config"] = {**config.to_dict(), "note": MEAN_LOGP_NOTES[config.engine]}
+    if asks_confidence(config.prompt):
+        add_calibration(results, groups, levels, config.seed)
+    results["config"] = {
+        **config.to_dict(),
+        "note": MEAN_LOGP_NOTES[config.engine],
+        "provenance": dict(provenance_record) if provenance_record else provenance(config),
+    }
     return results
 
 
@@ -131,6 +152,7 @@ def results_markdown(results: Mapping[str, Any]) -> str:
                     for level, table in results[bench]["levels"].items()
                 ],
             )
+    lines += calibration_markdown(results)
     config = results["config"]
     engine = config.get("engine", "transformers")  # results.json of older folders lack it
     served = f" at {config['base_url']}, {config['api']} endpoint" if engine == "openai" else ""
@@ -147,7 +169,7 @@ def results_markdown(results: Mapping[str, Any]) -> str:
 
 def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> None:
     """pass@k bars (percent, with interval) per entry, one bar per k, on axes `ax`."""
-    from groupwise.analysis.figures import series_colors
+    from groupwise.figures import series_colors
 
     labels = list(entries)
     width = 0.8 / len(ks)
@@ -175,7 +197,7 @@ def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequenc
 def plot_results(results: Mapping[str, Any], path: Path) -> Path:
     """Grouped bars of pass@k per benchmark, then one panel per leveled benchmark: pass@k per
     MATH difficulty level and for Levels 4-5."""
-    from groupwise.analysis.figures import new_figure, save_figure
+    from groupwise.figures import new_figure, save_figure
 
     benches = _benchmarks(results)
     leveled = [b for b in benches if "levels" in results[b]]
@@ -194,7 +216,9 @@ def plot_results(results: Mapping[str, Any], path: Path) -> Path:
 
 
 def write_results(results: Mapping[str, Any], output_dir: Path) -> None:
-    """results.json, results.md and results.png into output_dir."""
+    """results.json, results.md and results.png into output_dir, and calibration.png (the
+    reliability diagram) when the results have calibration."""
     write_json(output_dir / RESULTS_FILE, dict(results))
     (output_dir / "results.md").write_text(results_markdown(results), encoding="utf-8")
     plot_results(results, output_dir / "results.png")
+    plot_reliability(results, output_dir / CALIBRATION_FIGURE)

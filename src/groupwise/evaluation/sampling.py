@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from groupwise.evaluation.config import EvalConfig
 from groupwise.evaluation.engines import RolloutSampler
 from groupwise.evaluation.folder import load_done, prepare_folder
+from groupwise.evaluation.provenance import read_sessions, record_session
 from groupwise.evaluation.results import results_table, write_results
 from groupwise.records import SAMPLES_FILE, Sample, group_by_problem
 
@@ -164,6 +165,9 @@ def evaluate(
     prepare_folder(config, output_dir, problems)
     done = load_done(output_dir, config.n)
     per_call = config.problems_per_call
+    pending = sum((b, p.id) not in done for b, items in problems.items() for p in items)
+    # what samples now, recorded before it samples (a resumed folder keeps every session)
+    session = record_session(config, output_dir, pending) if pending else None
     with open(output_dir / SAMPLES_FILE, "a", encoding="utf-8") as sink:
         for bench, items in problems.items():
             todo = [p for p in items if (bench, p.id) not in done]
@@ -192,6 +196,8 @@ def evaluate(
         config,
         {b: [done[(b, p.id)] for p in items] for b, items in problems.items()},
         {b: [difficulty_level(p) for p in items] for b, items in problems.items()},
+        provenance_record=session,
     )
+    results["config"]["sessions"] = read_sessions(output_dir)
     write_results(results, output_dir)
     return results

@@ -26,8 +26,10 @@ __all__ = [
     "AMIR_GRPO_WEIGHTS",
     "LENS_CHECKING",
     "LENS_WEIGHTS",
+    "SUM_ORDER",
     "RewardSuite",
     "Scores",
+    "weighted_total",
 ]
 
 AMIR_GRPO_WEIGHTS: dict[str, float] = {
@@ -61,12 +63,46 @@ LENS_CHECKING = "math_verify"
 """The checking mode of the LENS paper (Math-Verify as the verifier, docs/algorithms.md §3)."""
 
 
+SUM_ORDER = (
+    "calibration_official",
+    "calibration",
+    "tag_count",
+    "format_official",
+    "format",
+    "integer_official",
+    "integer",
+    "correctness",
+)
+"""The order in which the weighted total adds its columns: the AMIR-GRPO official code's
+`reward_funcs` order (brier_score, expression_correctness_reward_func, xmlcount_reward_func,
+strict_format_reward_func_with_calib, int_reward_func, correctness_reward_func; groupwise has
+no expression component), each lenient variant beside its official one, then any other
+component in the order of the weights."""
+
+
+def weighted_total(
+    columns: Mapping[str, torch.Tensor], weights: Mapping[str, float]
+) -> torch.Tensor:
+    """sum_k weights[k] * columns[k] as TRL's GRPOTrainer sums the official code's rewards:
+    the float32 columns stacked [B, K] in `SUM_ORDER`, times the float32 weights, `nansum` over
+    K. float32 addition is not associative, so the order decides the last bit: a correct and a
+    wrong completion whose official totals differ by exactly the AMIR margin 2.0 keep a
+    difference of 2.0 (summed in another order it can be 2.0000002 and form a pair the
+    official code does not; docs/algorithms.md §2). Returns float32 [B]."""
+    rank = {name: i for i, name in enumerate(SUM_ORDER)}
+    order = sorted(columns, key=lambda name: rank.get(name, len(SUM_ORDER)))  # stable
+    stacked = torch.stack([columns[name].to(torch.float32) for name in order], dim=1)
+    scale = torch.tensor([weights[name] for name in order], dtype=torch.float32)
+    return (stacked * scale.unsqueeze(0)).nansum(dim=1)
+
+
 @dataclass
 class Scores:
     """Rewards of a batch of B completions.
 
     columns: component name -> float32 Tensor[B], unweighted values.
-    weights: component name -> weight. total: float32 Tensor[B] = sum_k weights[k] * columns[k].
+    weights: component name -> weight. total: float32 Tensor[B] = sum_k weights[k] * columns[k],
+    summed by `weighted_total` (the official code's order).
     correct: bool Tensor[B] (verdict status "correct"). verdicts: the B answer-check verdicts.
     """
 
@@ -117,9 +153,7 @@ class RewardSuite:
             name: torch.tensor(_column(component, pairs), dtype=torch.float32)
             for name, component in self.components.items()
         }
-        total = torch.zeros(len(completions), dtype=torch.float32)
-        for name, column in columns.items():
-            total = total + self.weights[name] * column
+        total = weighted_total(columns, self.weights)
         correct = torch.tensor([v.correct for v in verdicts], dtype=torch.bool)
         return Scores(columns, dict(self.weights), total, correct, verdicts)
 

@@ -24,7 +24,6 @@ would drift them).
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 from collections.abc import Sequence
 
@@ -34,12 +33,12 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
 from groupwise.errors import NonFiniteError
+from groupwise.models import cache_kwarg
 from groupwise.rollout.types import Rollouts, SamplingParams
 
 __all__ = [
     "InferenceCopy",
     "TransformersGenerator",
-    "cache_kwarg",
     "sample_next_tokens",
     "stop_token_ids",
     "top_p_filter",
@@ -499,14 +498,6 @@ def _non_finite_logits(logits: torch.Tensor) -> NonFiniteError:
         hint="the policy's outputs are no longer numbers: training diverged (too large a "
         "learning rate?) or the weights are damaged",
     )
-
-
-def cache_kwarg(model: torch.nn.Module) -> str:
-    """Name of the forward argument that takes the KV cache: `cache` in recent transformers,
-    `past_key_values` before (looked up on the base model under a peft wrapper)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    parameters = inspect.signature(base.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def _left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:

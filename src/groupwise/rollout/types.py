@@ -112,6 +112,9 @@ class Rollouts:
     texts: the N*n completions decoded from the masked ids, special tokens skipped.
     truncated: BoolTensor[N*n], True where max_new_tokens was reached without an EOS token.
     group_size: n.
+    sampler_logp: FloatTensor[N*n, T], the sampler's own log-prob of each completion token (0
+        on padding), where the engine samples with other kernels than the trainer's (vLLM);
+        None otherwise.
     """
 
     prompt_ids: torch.Tensor
@@ -121,6 +124,7 @@ class Rollouts:
     texts: list[str]
     truncated: torch.Tensor
     group_size: int
+    sampler_logp: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         num_prompts, rows = self.prompt_ids.shape[0], self.completion_ids.shape[0]
@@ -135,6 +139,10 @@ class Rollouts:
             )
         if rows != num_prompts * self.group_size:
             problems.append(f"{rows} completion rows != {num_prompts} prompts x {self.group_size}")
+        if self.sampler_logp is not None and self.sampler_logp.shape != self.completion_ids.shape:
+            problems.append(
+                f"sampler_logp {tuple(self.sampler_logp.shape)} != completion_ids shape"
+            )
         if len(self.texts) != rows or tuple(self.truncated.shape) != (rows,):
             problems.append(f"texts ({len(self.texts)}) and truncated must have {rows} rows")
         if problems:

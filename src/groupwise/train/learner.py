@@ -28,6 +28,8 @@ from groupwise.algorithms import (
     group_types,
     loss_terms,
     micro_batch_share,
+    sampling_logp_difference,
+    truncated_importance_weights,
 )
 from groupwise.rollout import Rollouts
 from groupwise.train.batch import Learned, RolloutLogprobs, ScoredBatch, StepState
@@ -43,13 +45,15 @@ from groupwise.train.update import MicroBatchLoss, Updater
 class LossInputs:
     """The per-row inputs of one micro-batch's loss terms (`groupwise.algorithms.loss_terms`):
     logp / old_logp / ref_logp [b, T] per-token log-probs (policy with gradient, rollout policy
-    when off-policy, reference), mask [b, T] bool, advantages [b]."""
+    when off-policy, reference), mask [b, T] bool, advantages [b], token_weights [b, T] (the
+    importance correction against the sampler) or None."""
 
     logp: torch.Tensor
     mask: torch.Tensor
     advantages: torch.Tensor
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
+    token_weights: torch.Tensor | None = None
 
     def terms(self, settings: LossSettings, coefficients: torch.Tensor | None = None) -> LossTerms:
         return loss_terms(
@@ -60,13 +64,15 @@ class LossInputs:
             old_logp=self.old_logp,
             ref_logp=self.ref_logp,
             coefficients=coefficients,
+            token_weights=self.token_weights,
         )
 
     def rows(self, keep: torch.Tensor) -> LossInputs:
         """The inputs of the rows where `keep` ([b] bool) is set."""
+        optional = (self.old_logp, self.ref_logp, self.token_weights)
         return LossInputs(
             *(t[keep] for t in (self.logp, self.mask, self.advantages)),
-            *(None if t is None else t[keep] for t in (self.old_logp, self.ref_logp)),
+            *(None if t is None else t[keep] for t in optional),
         )
 
 
@@ -89,7 +95,8 @@ class UpdatePlan:
 class LearnSettings:
     """What the learner needs of the config: G, the micro-batch size (completions), the
     mini-batches M and epochs per step, the KL weight gamma, the aggregation, the loss terms'
-    settings, and whether to measure the all-wrong rows' gradient."""
+    settings, whether to measure the all-wrong rows' gradient, and the cap of the importance
+    correction against the sampler's log-probs (None: off; groupwise.algorithms.importance)."""
 
     group_size: int
     micro_batch_size: int
@@ -99,6 +106,7 @@ class LearnSettings:
     aggregation: str
     loss: LossSettings
     log_all_wrong_gradient: bool
+    importance_cap: float | None = None
 
 
 class Learner:
@@ -130,7 +138,23 @@ class Learner:
             for m, rows in enumerate(minibatches):
                 plan = self._plan(state, rows, on_policy=epoch == m == 0, first_use=epoch == 0)
                 updates.append(self._update(state, plan))
-        return Learned(self.targets.of_step(state), updates)
+        return Learned(self.targets.of_step(state), updates, self._sampler_difference(state))
+
+    def _sampler_difference(self, state: StepState) -> dict[str, float]:
+        """|logp_old - the sampler's log-prob| over the completion tokens (mean over every
+        process's tokens, max over this process's), where the rollouts carry the sampler's
+        log-probs."""
+        rollouts = state.batch.rollouts
+        if rollouts.sampler_logp is None:
+            return {}
+        mask = rollouts.completion_mask.bool() & state.old.recorded[:, None]
+        found = sampling_logp_difference(state.old.values, rollouts.sampler_logp, mask)
+        tokens = int(mask.sum())
+        total, all_tokens = self.dist.sum([found["mean"] * tokens, tokens])
+        return {
+            "sampling_logp_difference": float(total) / max(float(all_tokens), 1.0),
+            "sampling_logp_difference_max": found["max"],
+        }
 
     def _rollout_logprobs(self, rollouts: Rollouts, minibatches: list[slice]) -> RolloutLogprobs:
         """logp_old of the rows the targets need before their first training pass
@@ -192,6 +216,7 @@ class Learner:
             mine.advantages.to(logp.device),
             old_logp=None if plan.on_policy else state.old.of(micro).to(logp.device),
             ref_logp=ref_logp,
+            token_weights=self._importance_weights(state, micro, logp, mask),
         )
         coefficients = None if mine.coefficients is None else mine.coefficients.to(logp.device)
         terms = inputs.terms(s.loss, coefficients)
@@ -205,6 +230,20 @@ class Learner:
         self._probe_all_wrong(state.batch, micro, inputs, plan)
         metrics = micro_batch_metrics(terms, mine, share, int(mask.sum()) / tokens)
         return MicroBatchLoss(loss, metrics)
+
+    def _importance_weights(
+        self, state: StepState, micro: slice, logp: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The truncated importance weights [b, T] of a micro-batch against the sampler's
+        log-probs, at the trainer's rollout-policy log-probs (recorded by now), when the
+        correction is on; None otherwise."""
+        sampler = state.batch.rollouts.sampler_logp
+        if self.settings.importance_cap is None or sampler is None:
+            return None
+        old = state.old.of(micro).to(logp.device)
+        return truncated_importance_weights(
+            old, sampler[micro].to(logp.device), mask, self.settings.importance_cap
+        )
 
     def _preference_part(self, terms: LossTerms, probes: list[GradientProbe]) -> Any:
         """lambda * the AMIR term, to add to the micro-batch's loss; or, when lambda is measured

@@ -1,13 +1,14 @@
 """Where a run's numbers go: metrics.jsonl (one JSON object per step), rollouts.jsonl (what was
-sampled and how it scored, per step) and TensorBoard."""
+sampled and how it scored, per step) and the loggers of train.report_to."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
+
+from groupwise.train.report_to import open_reporters, scalars
 
 METRICS_FILE = "metrics.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -102,30 +103,28 @@ class JsonlLog:
 
 
 class MetricsLog(JsonlLog):
-    """RUN/metrics.jsonl, optionally mirrored to TensorBoard under RUN/tensorboard."""
+    """RUN/metrics.jsonl, each line's numbers mirrored at its step to the loggers of
+    train.report_to (groupwise.train.report_to; train.tensorboard=true adds tensorboard)."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = False, resume_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool = False,
+        resume_step: int | None = None,
+        report_to: list[str] | tuple[str, ...] = (),
+    ):
         super().__init__(Path(run_dir) / METRICS_FILE, resume_step)
-        self._writer = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as err:
-                raise RuntimeError(
-                    "train.tensorboard=true needs the tensorboard package: "
-                    "pip install 'groupwise[tensorboard]'"
-                ) from err
-            self._writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+        names = [*report_to, *(["tensorboard"] if tensorboard else [])]
+        self.reporters = open_reporters(names, Path(run_dir))
 
     def write(self, record: dict[str, Any]) -> None:
         super().write(record)
-        if self._writer is not None:
-            step = int(record["step"])
-            for key, value in record.items():
-                if key != "step" and isinstance(value, int | float) and math.isfinite(value):
-                    self._writer.add_scalar(key, value, step)
-            self._writer.flush()
+        if self.reporters:
+            step, metrics = int(record["step"]), scalars(record)
+            for reporter in self.reporters:
+                reporter.log(metrics, step)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        for reporter in self.reporters:
+            reporter.close()
+        self.reporters = []  # closed once, however often the trainer's paths call close

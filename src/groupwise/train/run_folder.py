@@ -61,7 +61,7 @@ CHECKPOINTS = "checkpoints"
 # nothing else never trained (never_started).
 HELDOUT_FILE = "heldout.jsonl"
 STARTUP_FILES = (CONFIG_FILE, CONFIG_FILE + ".tmp", METRICS_FILE, ROLLOUTS_FILE, HELDOUT_FILE)
-STARTUP_FOLDERS = ("tensorboard",)
+STARTUP_FOLDERS = ("tensorboard", "wandb")  # train.report_to's local folders
 Mode = Literal["fresh", "resume", "overwrite"]
 
 # The settings a resumed run may change, and why that is sound: each is applied as given, and
@@ -74,6 +74,7 @@ RESUMABLE_CHANGES: dict[str, str] = {
     "train.keep_checkpoints": "how many checkpoints are kept",
     "train.progress": "the progress bar",
     "train.tensorboard": "the TensorBoard copy of metrics.jsonl, from the resumed step on",
+    "train.report_to": "the loggers that mirror metrics.jsonl, from the resumed step on",
     "train.export_merged": "what is exported at the end",
     "train.output_dir": "the run folder itself, which a path can name in several ways",
     "reward.workers": "how many processes check answers; verdicts do not depend on it",

@@ -74,6 +74,7 @@ def step_metrics(
         "completion_length_mean": tokens / len(batch.texts),
         "truncated_fraction": float(batch.truncated.float().mean()),
         "completion_tokens": tokens,
+        **learned.sampler,
         "seconds_generation": t_generated - t_start,
         "seconds_scoring": t_scored - t_generated,
         "seconds_training": t_trained - t_scored,

@@ -32,9 +32,9 @@ from tqdm.auto import tqdm
 
 from groupwise.data import MixPart, load_benchmark, load_mix, render_prompt
 from groupwise.errors import NonFiniteError
-from groupwise.models import DTYPES, save_merged
+from groupwise.models import save_merged
 from groupwise.rewards import RewardSuite
-from groupwise.rollout import Rollouts, SamplingParams, TransformersGenerator
+from groupwise.rollout import Rollouts, SamplingParams
 from groupwise.train.batch import Learned, ScoredBatch, concat_scores, take_scores
 from groupwise.train.checkpoint import (
     find_resume_point,
@@ -51,6 +51,7 @@ from groupwise.train.learner import Learner, LearnSettings
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
 from groupwise.train.policy import Passes, load_trainable_policy
 from groupwise.train.progress import ProgressLine
+from groupwise.train.rollout_engine import build_generator, engine_record
 from groupwise.train.run_folder import RunFolder
 from groupwise.train.sampler import ProblemSampler
 from groupwise.train.step_metrics import step_metrics, step_samples
@@ -87,14 +88,7 @@ class Trainer:
         )
         self.device = torch.device(self.dist.device(cfg.model.device))
         self.model, self.tokenizer = load_trainable_policy(cfg.model, str(self.device))
-        rollout_dtype = None if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
-        self.generator = TransformersGenerator(
-            self.model,
-            self.tokenizer,
-            batch_size=cfg.rollout.batch_size,
-            inference_copy=cfg.rollout.inference_copy,
-            dtype=rollout_dtype,
-        )
+        self.generator = build_generator(cfg, self.model, self.tokenizer)
         self.rewards = RewardSuite(
             cfg.reward.weights,
             workers=cfg.reward.workers,
@@ -134,16 +128,6 @@ class Trainer:
             step=lambda: self.step + 1,
             hint=self._divergence_hint,
         )
-        settings = LearnSettings(
-            group_size=cfg.rollout.group_size,
-            micro_batch_size=cfg.train.micro_batch_size,
-            minibatches=algo.minibatches,
-            num_iterations=algo.num_iterations,
-            kl_coef=algo.kl_coef,
-            aggregation=algo.aggregation,
-            loss=algo.loss_settings(cfg.rollout.max_new_tokens),
-            log_all_wrong_gradient=cfg.train.log_all_wrong_gradient,
-        )
         targets = choose_step_targets(
             algorithm,
             cfg.rollout.group_size,
@@ -158,14 +142,16 @@ class Trainer:
             cfg.rollout.temperature,
             reference=algorithm.needs_reference,
         )
-        return Learner(settings, algorithm, targets, self.passes, self.updater, self.dist)
+        return Learner(
+            _learn_settings(cfg), algorithm, targets, self.passes, self.updater, self.dist
+        )
 
     def _logs(self, resume_step: int | None) -> None:
         """metrics.jsonl (and rollouts.jsonl, heldout.jsonl): rank 0 writes, the others hold silent
         logs."""
         cfg, main = self.config, self.dist.is_main
         self.log = (
-            MetricsLog(self.run_dir, tensorboard=cfg.train.tensorboard, resume_step=resume_step)
+            MetricsLog(self.run_dir, cfg.train.tensorboard, resume_step, cfg.train.report_to)
             if main
             else _SilentLog(self.run_dir / "metrics.jsonl")
         )
@@ -267,6 +253,7 @@ class Trainer:
         metrics = step_metrics(
             step, self.sampler.epoch(step), len(problems), batch, learned, tokens, seconds
         )
+        metrics.update(engine_record(self.generator))
         return metrics, step_samples(step, problems, batch, learned)
 
     def learn(self, batch: ScoredBatch) -> Learned:
@@ -277,7 +264,7 @@ class Trainer:
         """This process's completions: group_size of each of its questions, in that order."""
         cfg = self.config
         prompts = [render_prompt(problems[q], cfg.data.prompt, self.tokenizer) for q in questions]
-        sampling = SamplingParams(
+        sampling = SamplingParams(  # the same settings whichever engine samples
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p,
             max_new_tokens=cfg.rollout.max_new_tokens,
@@ -390,6 +377,22 @@ class Trainer:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+def _learn_settings(cfg: Config) -> LearnSettings:
+    """What the learner needs of the config; the importance correction's cap None when off."""
+    algo, rollout = cfg.algorithm, cfg.rollout
+    return LearnSettings(
+        group_size=rollout.group_size,
+        micro_batch_size=cfg.train.micro_batch_size,
+        minibatches=algo.minibatches,
+        num_iterations=algo.num_iterations,
+        kl_coef=algo.kl_coef,
+        aggregation=algo.aggregation,
+        loss=algo.loss_settings(rollout.max_new_tokens),
+        log_all_wrong_gradient=cfg.train.log_all_wrong_gradient,
+        importance_cap=rollout.importance_cap if rollout.importance_correction else None,
+    )
 
 
 class _SilentLog:

@@ -55,7 +55,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -89,7 +91,7 @@ from groupwise.integrations.trl.terms import (
     resolve_correctness,
     scorable_rows,
 )
-from groupwise.integrations.trl.vllm_cpu import use_cpu_weight_sync
+from groupwise.integrations.trl.vllm_cpu import colocate_binding, use_cpu_weight_sync
 
 COEFFICIENTS_KEY = "groupwise_coefficients"
 """Batch-dict key of AMIR's per-completion coefficients c_k ([b] per process)."""
@@ -148,7 +150,13 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
                 f"GroupwiseGRPOTrainer needs args=GroupwiseGRPOConfig(...), got "
                 f"{type(args).__name__}"
             )
-        super().__init__(model, reward_funcs, args, *more, **kwargs)
+        binding = colocate_binding(args)
+        with binding.applied() if binding is not None else nullcontext():
+            super().__init__(model, reward_funcs, args, *more, **kwargs)
+        # what the colocated engine's cores were set to (groupwise.rollout.vllm_cpu), or None
+        self.vllm_cpu_binding = None if binding is None else binding.record()
+        if binding is not None:
+            print(f"groupwise: {binding.describe()}", file=sys.stderr)
         check_trainer_attributes(self)
         use_cpu_weight_sync(self)  # vLLM colocated on a CPU (vllm_cpu.py); nothing on a GPU
         self._algorithm(args)

@@ -9,6 +9,10 @@ reload (`model_runner.reload_weights`) restores the layers, loads and prepacks a
 GroupwiseGRPOTrainer syncs through it, with the same parameters TRL would send
 (`VLLMGeneration._iter_named_params`: PEFT adapters merged, names as vLLM expects them). On a
 GPU nothing changes.
+
+The engine TRL starts in colocate mode runs in this process (external_launcher), on this
+process's torch threads: on a CPU, GroupwiseGRPOTrainer starts it with them set explicitly to the
+cores the process is given (`colocate_binding`; groupwise.rollout.vllm_cpu).
 """
 
 from __future__ import annotations
@@ -17,6 +21,18 @@ import types
 from typing import Any
 
 from groupwise.integrations.trl.compat import SUPPORTED_TRL, TRLCompatibilityError
+from groupwise.rollout.vllm_cpu import CpuBinding, reload_weights
+
+
+def colocate_binding(args: Any) -> CpuBinding | None:
+    """The cores of the vLLM engine TRL starts in this process (colocate mode on a CPU): those
+    of VLLM_CPU_OMP_THREADS_BIND when it is a core list, else every core of this process. None
+    without vLLM colocate or off a CPU."""
+    if not (getattr(args, "use_vllm", False) and args.vllm_mode == "colocate"):
+        return None
+    from vllm.platforms import current_platform
+
+    return CpuBinding.given(None, in_process=True) if current_platform.is_cpu() else None
 
 
 def use_cpu_weight_sync(trainer: Any) -> bool:
@@ -41,6 +57,4 @@ def use_cpu_weight_sync(trainer: Any) -> bool:
 
 def _sync_through_reload(generation: Any) -> None:
     """VLLMGeneration.sync_weights for colocate mode on a CPU (module docstring)."""
-    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
-    runner.reload_weights(weights_iterator=generation._iter_named_params())
-    generation.llm.reset_prefix_cache()
+    reload_weights(generation.llm, generation._iter_named_params())
