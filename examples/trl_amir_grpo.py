@@ -24,9 +24,7 @@ GroupwiseGRPOTrainer) and the options.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from datasets import Dataset
 from peft import LoraConfig
@@ -54,7 +52,10 @@ class ScriptArguments:
     split: str = field(default="train", metadata={"help": "Split of the benchmark."})
     data_dir: str | None = field(
         default=None,
-        metadata={"help": "Folder laid out like ../shared/data; default env GROUPWISE_DATA."},
+        metadata={
+            "help": "Folder laid out like ../shared/data; default env GROUPWISE_DATA, "
+            "else ../shared/data."
+        },
     )
     prompt: str = field(
         default="amir", metadata={"help": "groupwise prompt template: amir | boxed | gsm8k."}
@@ -100,11 +101,8 @@ def main(argv: list[str] | None = None) -> GroupwiseGRPOTrainer:
     funcs, reward_weights = reward_functions(weights, checking=checking)
     training_args.reward_weights = reward_weights
 
-    data_dir = script.data_dir
-    beside = Path(__file__).resolve().parents[2] / "shared" / "data"  # groupwise's checkout
-    if data_dir is None and "GROUPWISE_DATA" not in os.environ and beside.is_dir():
-        data_dir = str(beside)
-    problems = load_benchmark(script.benchmark, split=script.split, data_dir=data_dir)
+    # data_dir None: GROUPWISE_DATA, else ../shared/data (groupwise train's default, too)
+    problems = load_benchmark(script.benchmark, split=script.split, data_dir=script.data_dir)
     dataset = Dataset.from_list(
         [{"prompt": build_messages(p, script.prompt), "answer": p.answer} for p in problems]
     )

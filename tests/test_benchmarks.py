@@ -347,7 +347,7 @@ def test_dapo_math_17k_absent_offline_says_how_to_get_it(
     ):
         load_benchmark("dapo_math_17k", data_dir=tmp_path)
     # no data folder: the hub, which needs `datasets`
-    monkeypatch.delenv("GROUPWISE_DATA", raising=False)
+    monkeypatch.setenv("GROUPWISE_DATA", "hub")  # not a local folder
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(ImportError, match=r"BytedTsinghua-SIA/DAPO-Math-17k.*groupwise\[hub\]"):
         load_benchmark("dapo_math_17k")
@@ -374,7 +374,7 @@ def test_missing_file_explains_the_layout(tmp_path: Path) -> None:
 
 
 def test_hub_fallback_needs_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GROUPWISE_DATA", raising=False)
+    monkeypatch.setenv("GROUPWISE_DATA", "hub")  # not a local folder
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'groupwise\[hub\]'.*GROUPWISE_DATA"):
         load_benchmark("gsm8k")
@@ -386,7 +386,7 @@ def test_unreachable_hub_is_one_line_naming_the_local_copy(
     """Offline (as on these machines), datasets raises ConnectionError after its retries: the
     error names the dataset and where a local copy goes, and `groupwise eval` prints it as one
     line before anything is written."""
-    monkeypatch.delenv("GROUPWISE_DATA", raising=False)
+    monkeypatch.setenv("GROUPWISE_DATA", "hub")  # not a local folder
     offline = types.ModuleType("datasets")
 
     def load_dataset(*args: object, **kwargs: object) -> None:

@@ -85,13 +85,14 @@ def test_report_markdown_and_html(tmp_path: Path) -> None:
     assert '<img src="report-training.png"' in html and "<td>25.0 [15.0, 35.0]</td>" in html
 
 
-def test_report_errors(tmp_path: Path) -> None:
+def test_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl, results.json"):
         load_record("empty", empty)
-    with pytest.raises(SystemExit, match="use a .md or .html"):
-        cli(["report", str(empty), "--output", str(tmp_path / "page.pdf")])
+    assert cli(["report", str(empty), "--output", str(tmp_path / "page.pdf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "groupwise report: --output" in err and "use a .md" in err
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "metrics.jsonl").write_text('{"step": 1}\n[1, 2]\n{"step": 3}\n')

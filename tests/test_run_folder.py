@@ -328,3 +328,40 @@ def test_a_run_saved_before_the_std_option_resumes_with_the_population_std(tmp_p
         RunFolder.open(tmp_path, config(tmp_path), "resume")
     population = config(tmp_path, "algorithm.advantage_std=population")
     RunFolder.open(tmp_path, population, "resume").close()
+
+
+# --- issue 34 item 3: a start that never finished a step blocks nothing --------------------------
+
+
+def test_a_start_that_never_ran_removes_what_it_wrote(tmp_path: Path) -> None:
+    run = tmp_path / "new" / "run"
+    RunFolder.open(run, config(run), "fresh").close(discard_unstarted=True)
+    assert not run.exists() and (tmp_path / "new").is_dir()  # only what open() created goes
+    run.mkdir()
+    folder = RunFolder.open(run, config(run), "fresh")
+    JsonlLog(run / "metrics.jsonl")  # opened, nothing logged
+    (run / "heldout.jsonl").write_text(json.dumps({"step": 0, "accuracy": 0.5}) + "\n")
+    folder.close(discard_unstarted=True)
+    assert list(run.iterdir()) == []  # the user's folder stays, empty
+
+
+def test_a_start_with_a_logged_step_keeps_everything(tmp_path: Path) -> None:
+    for progress in ("metrics.jsonl", "heldout.jsonl", "notes.txt"):
+        run = tmp_path / progress
+        folder = RunFolder.open(run, config(run), "fresh")
+        line = {"step": 1} if progress == "heldout.jsonl" else {"step": 1, "loss": 0.5}
+        (run / progress).write_text(json.dumps(line) + "\n")
+        folder.close(discard_unstarted=True)
+        assert sorted(p.name for p in run.iterdir()) == sorted([CONFIG_FILE, LOCK_FILE, progress])
+        with pytest.raises(RunFolderError, match="is not empty"):
+            RunFolder.open(run, config(run), "fresh")
+
+
+def test_a_folder_left_by_a_killed_start_is_taken_by_a_changed_run(tmp_path: Path) -> None:
+    RunFolder.open(tmp_path, config(tmp_path, "model.name=/a/typo"), "fresh").close()
+    (tmp_path / "metrics.jsonl").write_text("")
+    with RunFolder.open(tmp_path, config(tmp_path, "optim.lr=0.5"), "resume") as folder:
+        assert "held a start that never finished a step" in folder.notes[0]
+        assert folder.resume_point.checkpoint is None
+    assert yaml.safe_load((tmp_path / CONFIG_FILE).read_text())["optim"]["lr"] == 0.5
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -210,7 +210,8 @@ def test_settings_fingerprint_and_validation() -> None:
     assert SFTSettings().fingerprint() != SFTSettings(steps=SFTSettings().steps + 1).fingerprint()
     assert SFTSettings.quick().fingerprint() != SFTSettings().fingerprint()
     assert re.fullmatch(r"[0-9a-f]{12}", SFTSettings().fingerprint())
-    with pytest.raises(ConfigError, match="unknown key 'step'; valid keys here: levels, "):
+    unknown = r"unknown key 'step' \(did you mean 'steps'\?\); valid keys here: levels, "
+    with pytest.raises(ConfigError, match=unknown):
         SFTSettings().with_overrides(step=3)
     with pytest.raises(ConfigError, match="steps: expected an integer"):
         SFTSettings().with_overrides(steps="many")

@@ -13,6 +13,7 @@ from groupwise.train.summary import (
     comparison_table,
     main,
     method_label,
+    plot_run,
     plot_runs,
     summarize,
     summary_text,
@@ -130,3 +131,49 @@ def test_figure_and_command(lens: Path, amir: Path, tmp_path: Path, capsys) -> N
     assert (tmp_path / "again.png").is_file()
     assert main([str(tmp_path / "nothing")]) == 2
     assert "no such file; is" in capsys.readouterr().err
+
+
+def test_answer_checks_are_one_summary_line_only_when_there_were_some(
+    lens: Path, tmp_path: Path
+) -> None:
+    assert "answer checking" not in summary_text(summarize(lens))  # no such counts logged
+    rows = [
+        {**groups(0.5, 0.0, 0.5, 0.0), "answers_unparsed": 1, "answers_timeout": 0},
+        {**groups(0.5, 0.0, 0.5, 0.0), "answers_unparsed": 2, "answers_timeout": 1},
+    ]
+    s = summarize(write_run(tmp_path / "checks", {}, rows))
+    assert (s.answers_unparsed, s.answers_timeout, s.answers_error) == (3, 1, 0)
+    assert (
+        "answer checking: 3 answers compared as text (math-verify could not parse them), "
+        "1 timed out, 0 errored" in summary_text(s)
+    )
+
+
+def test_two_runs_of_one_method_are_named_by_folder(lens: Path, tmp_path: Path) -> None:
+    other = write_run(tmp_path / "lens-b", {"advantage": "lens"}, [groups(0.5, 0.0, 0.5, 0.5)])
+    table = comparison_table([summarize(lens), summarize(other)])
+    assert "| LENS (lens) |" in table and "| LENS (lens-b) |" in table
+
+
+def test_a_run_draws_only_the_panels_of_its_method(lens: Path, amir: Path, monkeypatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    drawn: list[list[str]] = []
+    real = Figure.savefig
+
+    def titles(fig, *args, **kwargs):
+        drawn.append([ax.get_title() for ax in fig.axes])
+        return real(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", titles)
+    assert plot_run(lens) == lens / "run.png" and (lens / "run.png").is_file()
+    plot_run(amir)
+    lens_panels, amir_panels = drawn
+    assert lens_panels[1] == "held-out accuracy (95 % CI)"
+    assert "all-wrong groups with a gradient" in lens_panels
+    assert not any("AMIR" in t for t in lens_panels)
+    assert "AMIR-GRPO lambda_reg" in amir_panels and "AMIR-GRPO pairs per group" in amir_panels
+    assert not any("held-out" in t or "all-wrong groups" in t for t in amir_panels)

@@ -18,7 +18,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("groupwise.evaluation.command", "sample n completions per problem and report pass@k"),
     "analyze": ("groupwise.analysis.command", "the AMIR-GRPO paper's diagnostics as figures"),
     "report": ("groupwise.report", "one page of training curves and eval tables for runs"),
+    "summary": ("groupwise.train.summary", "training runs in one table (and a figure, --png)"),
 }
+# What a command raises for a user's mistake (a missing folder, a file that cannot be read, a
+# bad value): one line on stderr and exit status 2, as train's and eval's own errors are;
+# GROUPWISE_DEBUG=1 (or a command's --debug) shows the traceback instead.
+USER_ERRORS = (OSError, ValueError, ImportError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,9 +50,24 @@ def main(argv: list[str] | None = None) -> int:
             sub_parser = argparse.ArgumentParser(prog=f"groupwise {argv[0]}")
             module.add_arguments(sub_parser)
             args = sub_parser.parse_args(argv[1:])
-            return int(module.run(args) or 0)
+            try:
+                return int(module.run(args) or 0)
+            except SystemExit as stop:  # raise SystemExit("message"): a user error
+                if not isinstance(stop.code, str):
+                    raise
+                return _user_error(argv[0], stop.code)
+            except USER_ERRORS as err:
+                if not quiet or getattr(args, "debug", False):
+                    raise
+                return _user_error(argv[0], str(err))
         finally:
             warnings.formatwarning = formatwarning
+
+
+def _user_error(command: str, message: str) -> int:
+    """A user error as every command prints it: one line on stderr; exit status 2."""
+    print(f"groupwise {command}: {' '.join(message.split())}", file=sys.stderr)
+    return 2
 
 
 def _one_line_warning(

@@ -5,15 +5,17 @@ the benches' settings): a mapping read from YAML (`read_yaml`) and changed by `a
 overrides (`apply_override`) becomes a dataclass (`build`), each value checked against its
 annotated type (`coerce`: bool, int, float, str, Literal choices, lists, mappings, optional
 values, nested dataclasses); an unknown key or a wrong type is a ConfigError naming the key and
-what is valid. `documented_yaml` writes a config back as YAML with each option's documentation
-as a comment (the docstring under its declaration, or its field metadata "doc"). Range and
-cross-field checks belong to each configuration (e.g. train's `Config.validate`).
+what is valid (for an unknown key, the closest valid one first). `documented_yaml` writes a
+config back as YAML with each option's documentation as a comment (the docstring under its
+declaration, or its field metadata "doc"). Range and cross-field checks belong to each
+configuration (e.g. train's `Config.validate`).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import itertools
 import types
@@ -99,7 +101,9 @@ def build(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     for key, value in data.items():
         full = f"{prefix}{key}"
         if key not in names:
-            raise ConfigError(f"unknown key '{full}'; valid keys here: {', '.join(names)}")
+            close = difflib.get_close_matches(key, names, n=1)
+            guess = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown key '{full}'{guess}; valid keys here: {', '.join(names)}")
         kwargs[key] = coerce(value, hints[key], full)
     return cls(**kwargs)
 

@@ -54,6 +54,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from groupwise.hub import hub_unreachable, names_a_path
 from groupwise.records import read_json
 
 __all__ = [
@@ -314,9 +315,15 @@ def _load_folder(
 
 def check_model_name(name: str) -> None:
     """Raise ValueError unless `name` is an alias, an existing folder or a well-formed hub id
-    (whether the hub holds it shows only when it loads)."""
+    (whether the hub holds it shows only when it loads). A name that reads as a local path
+    (`groupwise.hub.names_a_path`) but names no folder is refused at once, without the hub."""
     if name in _ALIASES or Path(name).expanduser().is_dir():
         return
+    if names_a_path(name):
+        raise ValueError(
+            f"unknown model {name!r}: no such folder (a hub id reads 'org/name'; aliases: "
+            f"{', '.join(model_aliases())})"
+        )
     try:
         validate_repo_id(name)
     except HFValidationError:
@@ -339,6 +346,7 @@ def _load_any(
     if path.is_dir():
         return _load_folder(path, dtype=dtype, seed=seed)
     check_model_name(name)
+    _check_hub_model(name)
     try:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype or "auto")
         tokenizer = AutoTokenizer.from_pretrained(name)
@@ -348,6 +356,21 @@ def _load_any(
             f"{', '.join(model_aliases())}; a local folder must exist"
         ) from error
     return model, tokenizer
+
+
+def _check_hub_model(name: str) -> None:
+    """Raise ValueError at once when hub id `name` is not in the local hub cache and the hub
+    cannot be reached (groupwise.hub), instead of after a minute of retries."""
+    from huggingface_hub import try_to_load_from_cache
+
+    # Asked even for a cached model: when the hub is out of reach, the process goes offline,
+    # so the cached files load without a retry for each file.
+    reason = hub_unreachable()
+    if reason is not None and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+        raise ValueError(
+            f"unknown model {name!r}: not in the hub cache, and the hub cannot be asked "
+            f"({reason}); known aliases: {', '.join(model_aliases())}; a local folder must exist"
+        )
 
 
 def load_model(

@@ -1,8 +1,9 @@
 """Benchmark registry and loaders: each set's native records mapped to `Problem`.
 
 `load_benchmark(name, split=None, data_dir=None, **options)` reads `<root>/<folder>/<split>.jsonl`
-from `data_dir`, else from the folder in env `GROUPWISE_DATA`, else the public hub copy via
-`datasets` (install `groupwise[hub]`). Folder layout and native fields: see the data README
+from `data_dir`, else from the folder in env `GROUPWISE_DATA`, else from a `../shared/data`
+folder (`resolve_data_dir`), else the public hub copy via `datasets` (install
+`groupwise[hub]`). Folder layout and native fields: see the data README
 (../shared/data/README.md in the development checkout).
 
 | name          | splits                          | gold answer                             |
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from groupwise.hub import hub_unreachable
 from groupwise.records import JsonFileError, iter_jsonl
 from groupwise.rewards.extract import last_boxed
 
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 DATA_ENV = "GROUPWISE_DATA"
+HUB = "hub"  # GROUPWISE_DATA=hub: the public hub copies, never a local folder
 logger = logging.getLogger(__name__)
 
 
@@ -141,9 +144,22 @@ def benchmark_splits(name: str) -> tuple[str, ...]:
 
 
 def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
-    """`data_dir`, else env GROUPWISE_DATA, else None (meaning: the public hub copies)."""
+    """The benchmark folder: `data_dir`, else env GROUPWISE_DATA, else the first `shared/data`
+    folder of DATA_BESIDE that exists, else None (meaning: the public hub copies; also what
+    GROUPWISE_DATA=hub asks for). The same default for `groupwise train`, `groupwise eval` and
+    the TRL example (docs/guides/train.md, "Training data")."""
     chosen = data_dir if data_dir is not None else os.environ.get(DATA_ENV) or None
-    return Path(chosen).expanduser() if chosen is not None else None
+    if chosen is None:
+        return next((folder for folder in data_beside() if folder.is_dir()), None)
+    return None if str(chosen) == HUB else Path(chosen).expanduser()
+
+
+def data_beside() -> list[Path]:
+    """Where a data folder is looked for when none is named: ../shared/data from the working
+    folder (a checkout beside the shared data), then the one beside groupwise's own checkout
+    (an editable install run from elsewhere)."""
+    checkout = Path(__file__).resolve().parents[3]
+    return [Path.cwd().parent / "shared" / "data", checkout.parent / "shared" / "data"]
 
 
 _LEVEL = re.compile(r"^Level ([1-9])$")
@@ -297,6 +313,7 @@ def _read_hub(repo: str, config: str | None, split: str) -> Iterator[_Record]:
             f"loading {repo} from the Hugging Face hub needs the `datasets` package: "
             f"pip install 'groupwise[hub]', or point {DATA_ENV} (or data_dir) at a local copy"
         ) from None
+    hub_unreachable()  # out of reach: offline mode, so the cache answers without retries
     try:
         rows = datasets.load_dataset(repo, config, split=split)
     except OSError as err:  # offline, or the hub unreachable (ConnectionError)

@@ -87,9 +87,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = parser.add_argument
     p(
         "--model",
-        required=True,
-        help="alias (smollm2-135m-instruct, tiny-random, ...), folder or "
-        "hub id; with --engine openai the served model name",
+        default=None,
+        help="alias (smollm2-135m-instruct, tiny-random, ...), folder or hub id; a training "
+        "run folder (or its final/ or a checkpoint folder): its weights, evaluated with its "
+        "prompt, checking mode, lengths and sampling unless flags say otherwise; with --engine "
+        "openai the served model name",
+    )
+    p(
+        "--regrade",
+        action="store_true",
+        help="check the completions saved in --output again under --checking, into "
+        "--output/regrade-MODE/ (results and verdicts); nothing is sampled, samples.jsonl is "
+        "not touched",
     )
     p(
         "--engine",
@@ -230,12 +239,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
     """EvalConfig from the command line: preset defaults, overridden by explicit flags.
     Raises FlagError naming the flag of the first bad value."""
+    if args.engine != "openai":
+        _take_run_settings(args)
+    names = [("--model", args.model)] if args.engine != "openai" else []
     from groupwise.data import BenchmarkSpec
     from groupwise.data.prompts import TEMPLATES
     from groupwise.models import check_model_name, resolve_adapter
     from groupwise.rollout.openai_engine import check_base_url
 
-    names = [("--model", args.model)] if args.engine != "openai" else []
     for flag, name in [*names, ("--tokenizer", args.tokenizer)]:
         try:
             if name is not None:
@@ -291,6 +302,55 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         )
     except InvalidSetting as err:
         raise FlagError(FLAGS[err.name], err.reason) from None
+
+
+def _take_run_settings(args: argparse.Namespace) -> None:
+    """--model naming a training run: its weights, and its settings for the flags not given
+    (groupwise.evaluation.trained), printed; args is changed in place."""
+    from groupwise.evaluation.trained import apply_run, trained_model
+
+    try:
+        trained = trained_model(args.model)
+    except (FileNotFoundError, ValueError) as err:
+        raise FlagError("--model", str(err)) from None
+    if trained is None:
+        return
+    if args.adapter is not None:
+        raise FlagError(
+            "--adapter",
+            f"--model {args.model} is a training run, which gives the weights; drop --adapter",
+        )
+    if args.grading is not None:  # the former name of --checking counts as given
+        args.checking, args.grading = _checking_flag(args), None
+    for line in apply_run(args, trained):
+        print(f"groupwise eval: {line}", file=sys.stderr)
+
+
+def _regrade(args: argparse.Namespace) -> int:
+    """--regrade: the saved completions of --output checked under --checking."""
+    from groupwise.evaluation.regrade import regrade
+
+    if args.checking is None:
+        print("groupwise eval: --regrade needs --checking MODE", file=sys.stderr)
+        return 2
+    try:
+        results, target = regrade(args.output, args.checking, args.workers)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"groupwise eval: {err}", file=sys.stderr)
+        return 2
+    print(results_markdown(results))
+    print(f"wrote {target}/results.json, results.md, results.png, verdicts.jsonl")
+    return 0
+
+
+def _check_local_names(names: list[tuple[str, str | None]]) -> None:
+    """A model name that reads as a local path but names no folder, refused before torch and
+    transformers load (seconds on a busy machine): FlagError naming the flag."""
+    from groupwise.hub import names_a_path
+
+    for flag, name in names:
+        if name is not None and names_a_path(name) and not Path(name).expanduser().is_dir():
+            raise FlagError(flag, f"unknown model {name!r}: no such folder")
 
 
 def check_run_flags(args: argparse.Namespace, config: EvalConfig) -> EngineOptions:
@@ -380,6 +440,18 @@ def answer_checker(config: EvalConfig, workers: int) -> CheckFn:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.regrade:
+        return _regrade(args)
+    if args.model is None:
+        print("groupwise eval: --model is required (or --regrade)", file=sys.stderr)
+        return 2
+    try:  # before torch loads: a mistyped folder is refused in well under a second
+        served = args.engine == "openai"  # --model is then the name the server gives it
+        _check_local_names([("--model", None if served else args.model)])
+        _check_local_names([("--tokenizer", args.tokenizer)])
+    except FlagError as err:
+        print(f"groupwise eval: {err}", file=sys.stderr)
+        return 2
     from groupwise.rollout.openai_engine import ServerError
 
     try:

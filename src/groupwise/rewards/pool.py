@@ -8,6 +8,8 @@ inside math-verify as a silent False; they are disabled (`parsing_timeout=None`,
 of a threaded parent and no re-import of the caller's `__main__`), one task at a time per
 worker with a per-task deadline; a worker that overruns is killed and replaced and its item
 gets a "timeout" verdict. This works from any thread and inside other worker processes.
+Workers run in a session of their own, so a terminal's Ctrl-C reaches only the parent, which
+shuts them down (docs/guides/train.md, "Ctrl-C").
 
 Every call names a checking mode (`checking.MODES`: "groupwise", the default, "math_verify",
 "amir_official", "amir_eval"); each task carries its mode, so one pool serves them all.
@@ -126,11 +128,15 @@ class _Worker:
             f"serve({task_read}, {result_write}, {memory_limit_mb!r})"
         )
         try:
+            # A session of its own: the terminal's Ctrl-C (SIGINT to the whole foreground
+            # process group) and Ctrl-\ reach the parent only, which finishes its step and
+            # stops the workers itself (close(); an orphaned worker exits within a second).
             self.process = subprocess.Popen(
                 [sys.executable, "-c", code],
                 pass_fds=(task_read, result_write),
                 stdin=subprocess.DEVNULL,
                 env=env,
+                start_new_session=True,
             )
         finally:
             os.close(task_read)
@@ -214,7 +220,7 @@ class AnswerChecker:
         timeout: seconds each answer may take (default: the checker's); an overrun gives a
         "timeout" verdict. progress: show a tqdm bar with the running counts. mode: the
         checking mode (`checking.MODES`; an unknown name raises naming the valid ones). Logs a
-        warning when some answers timed out, errored or could not be parsed.
+        warning when some answers timed out or errored.
         """
         if len(completions) != len(golds):
             raise ValueError(f"check: {len(completions)} completions but {len(golds)} gold answers")
@@ -341,8 +347,11 @@ def summarize(verdicts: Sequence[Verdict]) -> dict[str, int]:
 
 
 def _warn_if_unusual(verdicts: Sequence[Verdict], limit: float) -> None:
+    # Only what went wrong warns: answers compared as text (math-verify could not parse one
+    # side) are common and expected, and are counted where they are shown (the training
+    # bar's and summary's answer checks, summarize()).
     counts = summarize(verdicts)
-    if counts["timeout"] or counts["error"] or counts[UNPARSED]:
+    if counts["timeout"] or counts["error"]:
         logger.warning(
             "answer checking: of %d answers %d timed out (> %g s), %d errored, %d were "
             "compared as text because math-verify could not parse them",

@@ -2,8 +2,10 @@
 
 Before any model or data is loaded, the config is validated and the run folder opened
 (`RunFolder`: locked, refused when it holds another run, compared with the saved config on
---resume). A user error (config, run folder, data file, model) is one line on stderr, exit
-status 2; --debug or GROUPWISE_DEBUG=1 shows its traceback instead.
+--resume). A start that ends before its first step (a missing model or data folder) removes
+what it wrote, so the corrected command runs as typed. A user error (config, run folder, data
+file, model) is one line on stderr, exit status 2; --debug or GROUPWISE_DEBUG=1 shows its
+traceback instead.
 
 Exit status: 0 the run reached train.max_steps; 2 a user error; 1 training stopped on a
 non-finite value (no step was taken on it); 128 + signal (130 Ctrl-C, 143 SIGTERM) the run was
@@ -85,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
         return 128 + signal.SIGINT
     finally:
         if folder is not None:
-            folder.close()
+            # A start that failed before its first step leaves nothing that blocks the
+            # corrected command (docs/guides/train.md, "A start that failed").
+            folder.close(discard_unstarted=True)
 
 
 def _open_run_folder(config: Config, args: argparse.Namespace) -> RunFolder | None:
@@ -136,9 +140,10 @@ def _train(config: Config, args: argparse.Namespace, folder: RunFolder | None, d
     print(f"metrics:    {trainer.log.path}")
     print(f"weights:    {final}")
     if trainer.dist.is_main:
-        from groupwise.train.summary import summarize, summary_text
+        from groupwise.train.summary import plot_run, summarize, summary_text
 
         print(summary_text(summarize(trainer.run_dir)))
+        print(f"figure:     {plot_run(trainer.run_dir)}")
     return 0
 
 

@@ -9,6 +9,7 @@ values are errors that name the valid choices.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import math
@@ -795,15 +796,40 @@ def config_to_dict(config: Config) -> dict[str, Any]:
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Reads a YAML preset (or the defaults when path is None), applies `a.b=value` overrides
-    and validates. Errors name the file and the offending key."""
+    and validates. Errors name the offending key and where it came from: the file, or the
+    command line (the override that set the key, when one did)."""
     data = read_yaml(path, "sections (model:, data:, rollout:, ...)") if path is not None else {}
+    from_file = copy.deepcopy(data)
     for override in overrides:
         apply_override(data, override)
     try:
         return config_from_dict(data)
     except ConfigError as err:
-        where = f"{path}: " if path is not None else ""
-        raise ConfigError(f"{where}{err}") from None
+        raise ConfigError(f"{_blame(path, from_file, overrides, err)}{err}") from None
+
+
+def _blame(
+    path: str | Path | None,
+    from_file: dict[str, Any],
+    overrides: list[str] | tuple[str, ...],
+    err: ConfigError,
+) -> str:
+    """Where a config error comes from, as its message's prefix: "FILE: " when the file alone
+    fails the same way, else the command line ("override 'K=V': " naming the override whose key
+    the message names, when one does)."""
+    if path is not None:
+        try:
+            config_from_dict(copy.deepcopy(from_file))
+        except ConfigError as alone:
+            if str(alone) == str(err) or not overrides:
+                return f"{path}: "
+    if not overrides:
+        return ""
+    for override in reversed(overrides):
+        key = override.split("=", 1)[0].strip()
+        if re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", str(err)):
+            return f"command line, override '{override}': "
+    return "command line: "
 
 
 def save_config(config: Config, path: str | Path) -> None:

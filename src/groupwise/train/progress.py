@@ -4,7 +4,9 @@
   mixed groups carry a GRPO gradient) and the share of groups that are all-wrong yet got a
   gradient (a non-zero advantage: LENS's calibrated negatives; always 0 under GRPO);
 - AMIR-GRPO: the preference pairs mined per group and lambda_reg (docs/algorithms.md §2);
-- the latest held-out accuracy when train.eval_every is on (groupwise.train.heldout).
+- the latest held-out accuracy when train.eval_every is on (groupwise.train.heldout);
+- in a step where some answers were compared as text (math-verify could not parse them),
+  timed out or errored, their counts (a warning line only for timeouts and errors).
 """
 
 from __future__ import annotations
@@ -53,5 +55,8 @@ class ProgressLine:
             line["lam"] = f"{record['lambda']:.4f}"
         if self.heldout is not None:
             line["heldout"] = f"{self.heldout:.1%}"
+        checks = [record.get(f"answers_{k}", 0) for k in ("unparsed", "timeout", "error")]
+        if any(checks):  # answers compared as text / timed out / errored in this step
+            line["checks text/timeout/err"] = "/".join(str(int(c)) for c in checks)
         line["tok/s"] = f"{record['tokens_per_second']:.0f}"
         return line

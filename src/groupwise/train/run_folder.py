@@ -6,7 +6,10 @@ only with the settings it was started with (docs/design.md, "Output folder of a 
 - lock: an exclusive `flock` on RUN/.lock, which holds the holder's pid. The OS drops the lock
   when the process ends, however it ends (kill -9 included), so no stale lock is ever left; a
   second training into the folder is refused with the holder's pid. POSIX only (fcntl).
-- mode "fresh": the folder must be new or empty (the lock file aside).
+- mode "fresh": the folder must be new or empty (the lock file aside), or hold only what a
+  start that never finished a step leaves behind (`never_started`: config.yaml, empty logs, a
+  held-out evaluation of step 0), which the new run takes over (docs/guides/train.md, "A start
+  that failed").
 - mode "overwrite": the folder's contents are deleted first (only a folder that holds a run:
   config.yaml, metrics.jsonl or checkpoints/; anything else is refused, never deleted).
 - mode "resume": the config must equal the saved config.yaml key by key, except the keys of
@@ -14,15 +17,21 @@ only with the settings it was started with (docs/design.md, "Output folder of a 
   intact checkpoint is chosen (checkpoint.find_resume_point), the damaged newer ones are
   renamed step-N.damaged with the reason in `notes`, and metrics.jsonl / rollouts.jsonl are
   cut back to its step (metrics_log.trim_jsonl: what is removed is set aside, never deleted).
-  A resume into a new or empty folder starts the run (so a scheduler can always pass
-  --resume); a folder whose checkpoints are all damaged is refused.
+  A resume into a new or empty folder, or one that never started, starts the run (so a
+  scheduler can always pass --resume); a folder whose checkpoints are all damaged is refused.
 - config.yaml is then written (atomically) with the config the run will use.
+
+`close(discard_unstarted=True)` (what `groupwise train` does when it ends) removes what the run
+wrote when it never finished a step, and the folder itself when this run created it: a start
+that fails (a missing model or data folder) leaves nothing that blocks the corrected command.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import json
 import os
 import shutil
 import time
@@ -35,11 +44,24 @@ from groupwise.train.checkpoint import ResumePoint, find_resume_point, set_aside
 from groupwise.train.config import Config, config_to_dict
 from groupwise.train.metrics_log import METRICS_FILE, ROLLOUTS_FILE, trim_jsonl
 
-__all__ = ["CONFIG_FILE", "LOCK_FILE", "RESUMABLE_CHANGES", "RunFolder", "RunFolderError"]
+__all__ = [
+    "CONFIG_FILE",
+    "LOCK_FILE",
+    "RESUMABLE_CHANGES",
+    "RunFolder",
+    "RunFolderError",
+    "never_started",
+]
 
 CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"
 CHECKPOINTS = "checkpoints"
+# What a start leaves before its first step is logged: the config, the logs opened (empty), the
+# held-out evaluation of the untrained policy (step 0) and TensorBoard's folder. A folder holding
+# nothing else never trained (never_started).
+HELDOUT_FILE = "heldout.jsonl"
+STARTUP_FILES = (CONFIG_FILE, CONFIG_FILE + ".tmp", METRICS_FILE, ROLLOUTS_FILE, HELDOUT_FILE)
+STARTUP_FOLDERS = ("tensorboard", "wandb")  # train.report_to's local folders
 Mode = Literal["fresh", "resume", "overwrite"]
 
 # The settings a resumed run may change, and why that is sound: each is applied as given, and
@@ -74,11 +96,12 @@ class RunFolder:
     why, log lines set aside), one line each.
     """
 
-    def __init__(self, path: Path, lock_fd: int) -> None:
+    def __init__(self, path: Path, lock_fd: int, created: bool = False) -> None:
         self.path = path
         self.resume_point: ResumePoint | None = None
         self.notes: list[str] = []
         self._lock_fd: int | None = lock_fd
+        self._created = created  # open() made the folder: a start that never ran removes it
 
     @classmethod
     def open(cls, path: str | Path, config: Config, mode: Mode = "fresh") -> RunFolder:
@@ -90,12 +113,15 @@ class RunFolder:
         if not str(path).strip():  # Path("") would be the working folder
             raise RunFolderError("train.output_dir is empty: name the run folder")
         path = Path(path)
+        created = not path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise RunFolderError(f"cannot create the run folder {path}: {error}") from None
-        folder = cls(path, _lock(path))
+        folder = cls(path, _lock(path), created)
         try:
+            if mode != "overwrite" and folder._contents() and never_started(path):
+                folder._take_unstarted()
             if mode == "fresh":
                 folder._require_empty()
             elif mode == "overwrite":
@@ -108,11 +134,27 @@ class RunFolder:
             raise
         return folder
 
-    def close(self) -> None:
-        """Releases the lock (the lock file stays: removing it would race a new holder)."""
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing the only descriptor releases the flock
-            self._lock_fd = None
+    def close(self, discard_unstarted: bool = False) -> None:
+        """Releases the lock. With `discard_unstarted`, a run that never finished a step
+        (`never_started`) first removes what it wrote, and the folder too when open() created
+        it, so that nothing blocks the next start (the lock file goes too). Otherwise the lock
+        file stays."""
+        if self._lock_fd is None:
+            return
+        if discard_unstarted and never_started(self.path):
+            self._remove_startup_files()
+            if not self._contents():
+                # Safe while locked: a process that opened the old lock file finds, once it holds
+                # the lock, that the path no longer names that file, and starts over (_lock).
+                (self.path / LOCK_FILE).unlink(missing_ok=True)
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                if self._created:
+                    with contextlib.suppress(OSError):  # something appeared meanwhile: it stays
+                        self.path.rmdir()
+                return
+        os.close(self._lock_fd)  # closing the only descriptor releases the flock
+        self._lock_fd = None
 
     def __enter__(self) -> RunFolder:
         return self
@@ -127,6 +169,22 @@ class RunFolder:
 
     def _holds_a_run(self) -> bool:
         return any((self.path / name).exists() for name in (CONFIG_FILE, METRICS_FILE, CHECKPOINTS))
+
+    def _take_unstarted(self) -> None:
+        """A previous start here never finished a step: its files go and this run takes the
+        folder (so neither a fresh start nor --resume is refused for what never ran)."""
+        shown = ", ".join(p.name for p in self._contents())
+        self._remove_startup_files()
+        self.notes.append(
+            f"{self.path} held a start that never finished a step ({shown}); this run takes it"
+        )
+
+    def _remove_startup_files(self) -> None:
+        for entry in self._contents():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
     def _require_empty(self) -> None:
         contents = self._contents()
@@ -199,24 +257,77 @@ class RunFolder:
         os.replace(tmp, target)
 
 
+def never_started(path: Path) -> bool:
+    """True when the folder `path` holds only what a start leaves before its first step:
+    STARTUP_FILES and STARTUP_FOLDERS, with no logged step (metrics.jsonl and rollouts.jsonl
+    empty, heldout.jsonl of step 0 only). A checkpoint, final/, any other file, or a log line
+    that cannot be read counts as progress: such a folder stays protected."""
+    for entry in path.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.name in STARTUP_FOLDERS and entry.is_dir() and not entry.is_symlink():
+            continue
+        if entry.name not in STARTUP_FILES or not entry.is_file() or entry.is_symlink():
+            return False
+        if entry.name in (METRICS_FILE, ROLLOUTS_FILE) and entry.read_bytes().strip():
+            return False
+        if entry.name == HELDOUT_FILE and not _only_step_0(entry):
+            return False
+    return True
+
+
+def _only_step_0(path: Path) -> bool:
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(record, dict) or record.get("step") != 0:
+            return False
+    return True
+
+
 def _lock(path: Path) -> int:
-    """An open descriptor of path/.lock holding an exclusive flock, the pid written in it."""
+    """An open descriptor of path/.lock holding an exclusive flock, the pid written in it.
+
+    A start that never ran removes its lock file while holding the lock (RunFolder.close); a
+    process that opened that file meanwhile sees, once it holds the lock, that the path names
+    another file (or none), and opens it again."""
     lock_path = path / LOCK_FILE
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        holder = _holder_pid(fd)
+    for _ in range(100):
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the folder itself was removed meanwhile
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            holder = _holder_pid(fd)
+            os.close(fd)
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunFolderError(f"cannot lock {lock_path}: {error}") from None
+            raise RunFolderError(
+                f"{path} is in use by another training (pid {holder}); wait for it to end or "
+                "stop it, or choose another train.output_dir"
+            ) from None
+        if _same_file(fd, lock_path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
         os.close(fd)
-        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise RunFolderError(f"cannot lock {lock_path}: {error}") from None
-        raise RunFolderError(
-            f"{path} is in use by another training (pid {holder}); wait for it to end or stop "
-            "it, or choose another train.output_dir"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    raise RunFolderError(f"cannot lock {lock_path}: it keeps being removed")
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _holder_pid(fd: int) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from groupwise.algorithms import GroupTargets, LossTerms, group_types
 from groupwise.rewards import Scores
+from groupwise.rewards.checking import UNPARSED
 from groupwise.train.batch import Learned, ScoredBatch
 from groupwise.train.progress import all_wrong_with_gradient
 
@@ -116,6 +117,8 @@ def reward_metrics(scores: Scores, group_size: int) -> dict[str, float]:
         metrics[f"reward_{name}_mean"] = float(column.float().mean())
     for status in ("timeout", "no_answer", "error"):
         metrics[f"answers_{status}"] = sum(v.status == status for v in scores.verdicts)
+    # compared as text because math-verify could not parse one side: a count, not a warning
+    metrics["answers_unparsed"] = sum(v.detail.startswith(UNPARSED) for v in scores.verdicts)
     return metrics
 
 

@@ -11,10 +11,12 @@ From RUN/metrics.jsonl, RUN/heldout.jsonl (groupwise.train.heldout) and RUN/conf
 - AMIR-GRPO's pairs per group and lambda_reg, first and last step and the share of steps at
   its floor (docs/algorithms.md §2).
 
-    python -m groupwise.train.summary runs/a runs/b [--png runs/compare.png]
+    groupwise summary runs/a runs/b [--png runs/compare.png]
+    (or python -m groupwise.train.summary ...)
 
-prints the comparison table (and each run's lines with --each) and draws reward and held-out
-accuracy over steps.
+prints the comparison table (and each run's lines with --each; runs that share a method are
+named by folder too) and draws reward and held-out accuracy over steps. `plot_run` draws one
+run's own figure, RUN/run.png, which `groupwise train` writes at its end.
 """
 
 from __future__ import annotations
@@ -34,7 +36,18 @@ from groupwise.records import read_jsonl
 from groupwise.train.heldout import Difference, accuracy_difference, mean_interval, read_heldout
 from groupwise.train.metrics_log import METRICS_FILE
 
-__all__ = ["RunSummary", "comparison_table", "main", "method_label", "plot_runs", "summarize"]
+__all__ = [
+    "RunSummary",
+    "add_arguments",
+    "comparison_table",
+    "main",
+    "method_label",
+    "plot_run",
+    "plot_runs",
+    "run",
+    "run_labels",
+    "summarize",
+]
 
 # Moving-average window (steps) of the reward curve in the figure.
 SMOOTHING = 10
@@ -72,6 +85,9 @@ class RunSummary:
     lambda_first: float | None
     lambda_last: float | None
     lambda_at_floor: float | None
+    answers_unparsed: int = 0
+    answers_timeout: int = 0
+    answers_error: int = 0
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -127,6 +143,9 @@ def summarize(run_dir: str | Path) -> RunSummary:
             if lambdas and floor is not None
             else None
         ),
+        answers_unparsed=sum(int(row.get("answers_unparsed", 0)) for row in rows),
+        answers_timeout=sum(int(row.get("answers_timeout", 0)) for row in rows),
+        answers_error=sum(int(row.get("answers_error", 0)) for row in rows),
     )
 
 
@@ -169,11 +188,25 @@ def summary_text(summary: RunSummary) -> str:
             f"{s.lambda_first:.4f} -> {s.lambda_last:.4f}, at its floor in "
             f"{s.lambda_at_floor:.0%} of steps"
         )
+    if s.answers_unparsed or s.answers_timeout or s.answers_error:
+        lines.append(
+            f"  answer checking: {s.answers_unparsed} answers compared as text (math-verify "
+            f"could not parse them), {s.answers_timeout} timed out, {s.answers_error} errored"
+        )
     return "\n".join(lines)
 
 
 def _cell(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
+
+
+def run_labels(summaries: Sequence[RunSummary]) -> list[str]:
+    """Each run's name in tables and legends: its method, and its folder beside it when
+    another run shares the method ("LENS (lens-a)", "LENS (lens-b)")."""
+    methods = [s.label for s in summaries]
+    return [
+        f"{s.label} ({s.path.name})" if methods.count(s.label) > 1 else s.label for s in summaries
+    ]
 
 
 def comparison_table(summaries: Sequence[RunSummary]) -> str:
@@ -185,7 +218,7 @@ def comparison_table(summaries: Sequence[RunSummary]) -> str:
         "| lambda first -> last |"
     )
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
-    for s in summaries:
+    for s, label in zip(summaries, run_labels(summaries), strict=True):
         d = s.heldout
         held = (
             [
@@ -201,7 +234,7 @@ def comparison_table(summaries: Sequence[RunSummary]) -> str:
             "| "
             + " | ".join(
                 [
-                    s.label,
+                    label,
                     *held,
                     f"{s.mixed:.0%} / {s.all_correct:.0%} / {s.all_wrong:.0%}",
                     _cell(s.all_wrong_with_gradient, ".1%"),
@@ -232,9 +265,9 @@ def plot_runs(run_dirs: Sequence[str | Path], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (reward_ax, heldout_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for run_dir in run_dirs:
-        run_dir = Path(run_dir)
-        label = summarize(run_dir).label
+    run_dirs = [Path(run_dir) for run_dir in run_dirs]
+    labels = run_labels([summarize(run_dir) for run_dir in run_dirs])
+    for run_dir, label in zip(run_dirs, labels, strict=True):
         rows = _metrics(run_dir)
         steps = np.array([row["step"] for row in rows])
         reward = np.array([row["reward_mean"] for row in rows], dtype=np.float64)
@@ -273,14 +306,86 @@ def plot_runs(run_dirs: Sequence[str | Path], path: str | Path) -> Path:
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m groupwise.train.summary", description=__doc__.splitlines()[0]
-    )
+RUN_FIGURE = "run.png"
+
+
+def plot_run(run_dir: str | Path, path: str | Path | None = None) -> Path:
+    """The figure of one run (RUN/run.png by default): the panels of what the run did, none of
+    a term its method does not use. Always: training reward (and its trailing mean over
+    SMOOTHING steps) and the group shares (mixed / all-correct / all-wrong); with held-out
+    evaluations, held-out accuracy with its 95 % interval over problems; LENS: the share of
+    all-wrong groups that got a gradient; AMIR-GRPO: pairs per group and lambda_reg."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    summary = summarize(run_dir)
+    rows = _metrics(run_dir)
+    steps = np.array([row["step"] for row in rows])
+
+    def series(key: str) -> np.ndarray:
+        return np.array([row.get(key, np.nan) for row in rows], dtype=np.float64)
+
+    evaluations = read_heldout(run_dir)
+    panels = ["reward", *(["heldout"] if evaluations else []), "groups"]
+    if "LENS" in summary.label:
+        panels.append("all_wrong")
+    if any("lambda" in row for row in rows):
+        panels += ["pairs", "lambda"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        if panel == "reward":
+            reward = series("reward_mean")
+            ax.plot(steps, reward, alpha=0.3, linewidth=0.8)
+            ax.plot(steps, trailing_mean(reward, SMOOTHING), color="C0")
+            ax.set(title=f"training reward (line: mean of {SMOOTHING})", ylabel="mean reward")
+        elif panel == "heldout":
+            x = [e["step"] for e in evaluations]
+            per_problem = [np.asarray(e["correct"], dtype=np.float64) / e["n"] for e in evaluations]
+            intervals = [mean_interval(p) for p in per_problem]
+            ax.plot(x, [100 * p.mean() for p in per_problem], marker="o", color="C1")
+            ax.fill_between(
+                x, [100 * i[0] for i in intervals], [100 * i[1] for i in intervals], alpha=0.2
+            )
+            ax.set(title="held-out accuracy (95 % CI)", ylabel="accuracy (%)")
+        elif panel == "groups":
+            for key, name in (("group_mixed", "mixed"), ("group_all_correct", "all-correct")):
+                ax.plot(steps, 100 * series(key), label=name)
+            ax.plot(steps, 100 * series("group_all_wrong"), label="all-wrong")
+            ax.set(title="groups", ylabel="share of groups (%)")
+            ax.legend(fontsize=8)
+        elif panel == "all_wrong":
+            ax.plot(steps, 100 * series("group_all_wrong_active"), color="C3")
+            ax.set(title="all-wrong groups with a gradient", ylabel="share of groups (%)")
+        elif panel == "pairs":
+            ax.plot(steps, series("pairs_per_group"), color="C4")
+            ax.set(title="AMIR-GRPO pairs per group", ylabel="pairs")
+        else:
+            ax.plot(steps, series("lambda"), color="C5")
+            ax.set(title="AMIR-GRPO lambda_reg", ylabel="lambda")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{summary.label}: {run_dir}", fontsize=10)
+    fig.tight_layout()
+    target = Path(path) if path is not None else run_dir / RUN_FIGURE
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`groupwise summary`'s arguments (also `python -m groupwise.train.summary`)."""
+    parser.description = __doc__.splitlines()[0]
     parser.add_argument("runs", nargs="+", type=Path, help="training run folders")
     parser.add_argument("--png", type=Path, help="draw reward and held-out accuracy here")
     parser.add_argument("--each", action="store_true", help="also print each run's lines")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the comparison table (each run's lines with --each), draw it with --png; a run
+    folder that cannot be read is one line on stderr, exit status 2."""
     try:
         summaries = [summarize(run) for run in args.runs]
     except (OSError, ValueError) as err:
@@ -293,6 +398,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.png:
         print(f"figure: {plot_runs(args.runs, args.png)}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m groupwise.train.summary")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
