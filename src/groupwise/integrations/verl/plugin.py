@@ -1,0 +1,1 @@
+"""The `verl.plugins` entry point (docs/guides/verl.md)."""
