@@ -5,6 +5,7 @@ the AMIR loss through verl's real `ppo_loss` on micro-batches cut through groups
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import numpy as np
@@ -62,6 +63,29 @@ def test_import_verl_loads_the_plugin_and_registers_every_groupwise_estimator() 
     assert "groupwise.integrations.verl.plugin" in sys.modules and plugin.FAILURE is None
     for name in ADVANTAGE_ESTIMATORS:
         assert f"groupwise_{name}" in ADV_ESTIMATOR_REGISTRY
+
+
+def test_a_plugin_that_cannot_load_says_so_and_its_estimators_raise_the_cause() -> None:
+    # verl logs a failing plugin at debug level only; ours logs an error (shown with no logging
+    # set up) and registers estimators that raise the cause when a run asks for one
+    code = (
+        "import sys\n"
+        "sys.modules['groupwise.integrations.verl.advantages'] = None\n"  # its import fails
+        "import verl\n"
+        "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+        "try:\n"
+        "    get_adv_estimator_fn('groupwise_lens')(None, None)\n"
+        "except RuntimeError as error:\n"
+        "    print('raised:', error)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "groupwise's verl plugin failed to load: ModuleNotFoundError" in run.stderr
+    assert (
+        "raised: algorithm.adv_estimator=groupwise_lens: groupwise's verl plugin failed to "
+        "load: ModuleNotFoundError"
+    ) in run.stdout
 
 
 @pytest.mark.parametrize("norm_by_std", [True, False])
