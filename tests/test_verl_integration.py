@@ -22,6 +22,7 @@ from verl.workers.utils.losses import ppo_loss
 
 from groupwise.algorithms import ADVANTAGE_ESTIMATORS
 from groupwise.integrations.verl.advantages import targets_for_rows, verl_estimator
+from groupwise.integrations.verl.batch import batch_fields, observe_losses
 from groupwise.integrations.verl.loss import COEFFICIENTS, amir_ppo_loss, amir_row_weights
 from groupwise.integrations.verl.options import build_algorithm
 
@@ -136,6 +137,7 @@ def test_lens_through_compute_advantage_refuses_in_one_line() -> None:
             r"^algorithm.groupwise.margin=2 is not below 1, the largest gap",
         ),
         ({"amir": True, "ref_free": False}, r"^algorithm.groupwise.ref_free=false needs a ref"),
+        ({"lambda_measure": "grad"}, r"^algorithm.groupwise.lambda_measure=grad is not avail"),
         ({"scale": "rows"}, r"^algorithm.groupwise.scale='rows' is not one of verl, group, "),
     ],
 )
@@ -249,3 +251,28 @@ def test_amir_loss_gradient_is_the_same_for_any_split_and_equals_the_objective()
     # and the AMIR part is there: without the weights the gradient differs
     none = gradient([[torch.arange(8)]], theta0, logps, mask, advantages, weights * 0)
     assert (none - one).abs().max() > 1e-4
+
+
+def test_batch_fields_give_the_loss_its_weights_and_verl_the_metrics() -> None:
+    rewards, mask, uid, logps, perm = batch(SCORES, seed=4)
+    config = {"groupwise": {"amir": True, "margin": 0.5, "lambda_init": 0.01}}
+    rewards, mask, uid, logps = rewards[perm], mask[perm], uid[perm.numpy()], logps[perm]
+    fields = batch_fields("lens", rewards, mask, uid, config, logps)
+    targets, order, _ = targets_for_rows("lens", rewards, mask, uid, config, logps)
+    expected = torch.empty(16)
+    expected[order] = amir_row_weights(targets.coefficients, 0.01)
+    torch.testing.assert_close(fields.weights, expected)
+    torch.testing.assert_close(
+        fields.advantages[:, 0],
+        verl_estimator("lens")(rewards, mask, uid, config, old_log_probs=logps)[0][:, 0],
+    )
+    # q0 and q1 mixed, q2 all wrong (LENS moves it), q3 all correct; 1 x 3 + 3 x 1 pairs (LENS's
+    # wrong answers differ by less than the margin)
+    assert fields.metrics["groupwise/groups/mixed"] == 0.5
+    assert fields.metrics["groupwise/groups/all_wrong"] == 0.25
+    assert fields.metrics["groupwise/groups/all_wrong_with_gradient"] == 0.25
+    assert fields.metrics["groupwise/amir/pairs"] == 6.0
+    assert fields.metrics["groupwise/amir/lambda"] == 0.01
+    assert fields.pref_loss == pytest.approx(float(targets.pair_losses.mean()))
+    # the official rule: ratio 0.01 * 0.69 / 1.0 < 0.30, so lambda grows by 1.25
+    assert observe_losses(config, "lens", uid, 1.0, 0.69) == pytest.approx(0.0125)

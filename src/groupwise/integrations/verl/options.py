@@ -85,6 +85,12 @@ def read_options(config: Any, estimator: str) -> tuple[AlgorithmOptions, VerlOpt
     algorithm = AlgorithmOptions(
         advantage=estimator, **{k: v for k, v in values.items() if k in ALGORITHM_KEYS}
     )
+    if algorithm.lambda_measure == "grad":
+        raise ValueError(
+            f"{verl_name('lambda_measure')}=grad is not available in verl: it needs grad L_GRPO "
+            "and grad L_pref apart (a second backward pass per micro-batch inside verl's actor); "
+            "use loss or fixed"
+        )
     verl = VerlOptions(**{k: v for k, v in values.items() if k in VERL_KEYS})
     check_options(verl, verl_name)
     if (verl.reward_min is None) != (verl.reward_max is None):
