@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The floor environment: groupwise[dev,trl] with every declared dependency at its floor (torch
-# 2.11, transformers 5.16.1, ... from pyproject.toml by scripts/floor_constraints.py), then the
-# test suite in it (all but the vLLM tests), and its result written to bench/results/floor_env.md.
+# 2.11, transformers 5.5.3, ... from pyproject.toml by scripts/floor_constraints.py), then the
+# test suite in it (all but the vLLM and verl tests), and its result written to bench/results/floor_env.md.
 # It proves the floors that pyproject.toml declares. Not run by CI: torch 2.11 comes from the
 # registries only as its CUDA build (about 5 GB with its libraries; it runs on a CPU).
 #
 # Usage (from anywhere): bash scripts/floor_env.sh [pytest arguments]
-#   default pytest arguments: -m "not vllm" (the whole suite but tests/test_vllm_*.py), and
+#   default pytest arguments: -m "not vllm" (the whole suite but tests/test_vllm_*.py) and
+#   --ignore-glob "tests/test_verl_*.py" (they import verl to collect: .venv-verl runs them), and
 #   without the trl extra also --ignore-glob "tests/test_trl_*.py" (they import TRL to collect)
 # Knobs (environment): PYTHON (the interpreter, default python3.11), EXTRAS (groupwise's extras,
 #   default "dev trl"; on Python 3.10 "dev", since TRL 1.16 requires Python >= 3.11),
@@ -21,8 +22,9 @@ VENV="${VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/groupwise/floor-venv-py$pyver}"
 RESULT="${RESULT-bench/results/floor_env.md}"
 EXTRAS="${EXTRAS:-dev trl}"
 case " $EXTRAS " in
-    *" trl "*) [ $# -gt 0 ] || set -- -m "not vllm" ;;
-    *) [ $# -gt 0 ] || set -- -m "not vllm" --ignore-glob "tests/test_trl_*.py" ;;
+    *" trl "*) [ $# -gt 0 ] || set -- -m "not vllm" --ignore-glob "tests/test_verl_*.py" ;;
+    *) [ $# -gt 0 ] || set -- -m "not vllm" --ignore-glob "tests/test_trl_*.py" \
+        --ignore-glob "tests/test_verl_*.py" ;;
 esac
 
 start=$SECONDS

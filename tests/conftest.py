@@ -37,13 +37,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Marks by file: tests/test_trl_*.py need TRL (both environments have it), tests/
     test_vllm_*.py need vLLM (only .venv-vllm has it: scripts/test.sh runs them there with
     -m "trl or vllm", and deselects them in .venv with -m "not vllm"; never skipped). vLLM test
-    modules import vllm inside their fixtures, so that collecting them needs no vLLM."""
+    modules import vllm inside their fixtures, so that collecting them needs no vLLM. tests/
+    test_verl_*.py need verl (only .venv-verl has it: scripts/test.sh runs them there and leaves
+    their files out elsewhere, since they import verl to collect)."""
     for item in items:
         name = item.path.name
         if name.startswith("test_trl_"):
             item.add_marker(pytest.mark.trl)
         elif name.startswith("test_vllm_"):
             item.add_marker(pytest.mark.vllm)
+        elif name.startswith("test_verl_"):
+            item.add_marker(pytest.mark.verl)
 
 
 @pytest.fixture(scope="session")

@@ -55,6 +55,7 @@ from groupwise.rewards.extract import (
     read_answer,
     unwrap_text,
 )
+from groupwise.rewards.latex_parser import repair_latex_parser
 from groupwise.rewards.official import (
     official_correct,
     official_eval_answer,
@@ -72,6 +73,10 @@ __all__ = [
     "checking_mode",
     "judge",
 ]
+
+# Under antlr4 4.9.3 (hydra's pin, so beside verl) math-verify's parser misses an accessor and
+# reads no percentage (latex_parser.py; docs/guides/verl.md, "Answer checking beside verl").
+repair_latex_parser()
 
 Status = Literal["correct", "wrong", "no_answer", "timeout", "error"]
 UNPARSED = "unparsed"

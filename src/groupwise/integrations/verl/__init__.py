@@ -1,0 +1,1 @@
+"""groupwise inside verl (docs/guides/verl.md)."""

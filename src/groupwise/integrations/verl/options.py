@@ -1,0 +1,133 @@
+"""groupwise's options inside verl: the mapping `algorithm.groupwise` of verl's Hydra config
+(docs/guides/verl.md, "Options").
+
+Every option of groupwise.algorithms.AlgorithmOptions under its own name (its default, range and
+documentation are declared there once), except `advantage`: the estimator is verl's
+`algorithm.adv_estimator=groupwise_<name>`. Plus what only verl's side needs (`VerlOptions`):
+what the score means (its range, the correctness signal) and GRPO's std settings. Set them from
+the command line with Hydra's `+` (the keys are new to verl's schema):
+
+    algorithm.adv_estimator=groupwise_lens +algorithm.groupwise.lens_alpha=0.25
+
+Each bad option is a one-line ValueError naming `algorithm.groupwise.<key>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from groupwise.algorithms import Algorithm, AlgorithmOptions, RewardFacts
+from groupwise.algorithms.options import check_options, option, option_fields
+
+PREFIX = "algorithm.groupwise."
+ESTIMATOR_PREFIX = "groupwise_"
+"""verl's `algorithm.adv_estimator` name of groupwise's estimator NAME: groupwise_NAME."""
+
+
+def verl_name(option_name: str) -> str:
+    """The name a user types in verl's config for groupwise option `option_name`."""
+    return PREFIX + option_name
+
+
+@dataclass
+class VerlOptions:
+    """What groupwise needs to know of verl's reward and GRPO settings."""
+
+    correctness_value: float = option(
+        1.0,
+        """What the score is for a correct answer when the score is the correctness itself
+        (verl's GSM8K and MATH rewards: 1.0; 0 otherwise): LENS calibrates it, the groups/*
+        metrics count it. docs/algorithms.md §3.""",
+    )
+    reward_min: float | None = option(
+        None,
+        """The score's lowest value, with reward_max: AMIR's margin is refused when no two
+        scores can differ by more (null: unknown, then a warning comes once).
+        docs/algorithms.md §2.""",
+    )
+    reward_max: float | None = option(None, "The score's highest value (see reward_min).")
+    scale: Literal["verl", "group", "batch", "none"] = option(
+        "verl",
+        """GRPO's std (docs/algorithms.md §1): group | batch | none (Dr.GRPO) | verl: from
+        verl's algorithm.norm_adv_by_std_in_grpo (true: group, false: none).""",
+    )
+    std: Literal["unbiased", "population"] = option(
+        "unbiased", "The std of GRPO's scale: unbiased (verl's torch.std) | population."
+    )
+    eps: float = option(
+        1e-6, "Added to the std (verl's grpo: 1e-6). docs/algorithms.md §1.", "> 0", lambda v: v > 0
+    )
+
+
+def _fields(kind: type) -> set[str]:
+    return {spec.name for spec in dataclasses.fields(kind)}
+
+
+ALGORITHM_KEYS = set(option_fields()) - {"advantage"}
+VERL_KEYS = _fields(VerlOptions)
+
+
+def read_options(config: Any, estimator: str) -> tuple[AlgorithmOptions, VerlOptions, bool]:
+    """groupwise's options from verl's `algorithm` config (a DictConfig, an AlgoConfig or a
+    mapping; its `groupwise` mapping may be absent) for groupwise estimator `estimator`, and
+    verl's norm_adv_by_std_in_grpo. Raises ValueError naming an unknown or bad key."""
+    given = _get(config, "groupwise") or {}
+    if not isinstance(given, Mapping) and not hasattr(given, "items"):
+        raise ValueError(f"{PREFIX[:-1]} must be a mapping of groupwise options, got {given!r}")
+    values = dict(given.items())
+    unknown = sorted(set(values) - ALGORITHM_KEYS - VERL_KEYS)
+    if unknown:
+        known = ", ".join(sorted(ALGORITHM_KEYS | VERL_KEYS))
+        raise ValueError(f"{verl_name(unknown[0])}: no such groupwise option; known: {known}")
+    algorithm = AlgorithmOptions(
+        advantage=estimator, **{k: v for k, v in values.items() if k in ALGORITHM_KEYS}
+    )
+    if algorithm.lambda_measure == "grad":
+        raise ValueError(
+            f"{verl_name('lambda_measure')}=grad is not available in verl: it needs grad L_GRPO "
+            "and grad L_pref apart (a second backward pass per micro-batch inside verl's actor); "
+            "use loss or fixed"
+        )
+    verl = VerlOptions(**{k: v for k, v in values.items() if k in VERL_KEYS})
+    check_options(verl, verl_name)
+    if (verl.reward_min is None) != (verl.reward_max is None):
+        raise ValueError(f"{verl_name('reward_min')} and {verl_name('reward_max')} go together")
+    norm_by_std = _get(config, "norm_adv_by_std_in_grpo")
+    return algorithm, verl, True if norm_by_std is None else bool(norm_by_std)
+
+
+def build_algorithm(config: Any, estimator: str, group_size: int) -> tuple[Algorithm, VerlOptions]:
+    """AlgorithmOptions.build for verl (every check runs there, naming verl's keys): the
+    estimator `estimator` (groupwise's name), verl's `algorithm` config, G = group_size; and the
+    verl-side options. verl gives groupwise no reference policy (its KL is verl's own)."""
+    options, verl, norm_by_std = read_options(config, estimator)
+    bounds = None if verl.reward_min is None else (verl.reward_min, verl.reward_max)
+    facts = RewardFacts(
+        [bounds],
+        [1.0],
+        verl.correctness_value,
+        correctness_hint="verl's score must be 0 or algorithm.groupwise.correctness_value",
+    )
+    scale = verl.scale if verl.scale != "verl" else ("group" if norm_by_std else "none")
+    built = options.build(
+        facts,
+        group_size,
+        name=lambda key: "algorithm.adv_estimator" if key == "advantage" else verl_name(key),
+        no_reference="groupwise's AMIR term inside verl is reference-free (set "
+        f"{verl_name('ref_free')}=true); verl's KL stays verl's own (actor.use_kl_loss)",
+        scale=scale,
+        std=verl.std,
+        eps=verl.eps,
+    )
+    return built, verl
+
+
+def _get(config: Any, key: str) -> Any:
+    if config is None:
+        return None
+    if isinstance(config, Mapping) or hasattr(config, "get"):
+        return config.get(key)
+    return getattr(config, key, None)
