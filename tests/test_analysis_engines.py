@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +161,8 @@ def test_a_server_without_log_probs_of_given_text_is_refused_in_one_line(
 ) -> None:
     run = write_run(tmp_path / "run", MODEL)
     out = tmp_path / "m"
-    with FakeOpenAIServer(**server_options) as server, pytest.raises(SystemExit) as stop:
-        cli(
+    with FakeOpenAIServer(**server_options) as server:
+        status = cli(
             [
                 "analyze",
                 "margin",
@@ -176,15 +177,18 @@ def test_a_server_without_log_probs_of_given_text_is_refused_in_one_line(
                 *flags,
             ]
         )
-    message = str(stop.value)
-    assert message.startswith("groupwise analyze margin: ") and "\n" not in message
+    message = capsys.readouterr().err.strip()
+    assert status == 2
+    assert message.startswith("groupwise analyze: ") and "\n" not in message, message
     assert expected in message, message
     assert not out.exists()
 
 
-def test_margin_of_a_run_without_saved_log_probs_says_how_to_get_them(tmp_path: Path) -> None:
+def test_margin_of_a_run_without_saved_log_probs_says_how_to_get_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = write_run(tmp_path / "run", MODEL)
     lines = (run / "samples.jsonl").read_text().replace('"mean_logp": -1.0', '"mean_logp": null')
     (run / "samples.jsonl").write_text(lines)
-    with pytest.raises(SystemExit, match="has no saved mean_logp .*--recompute or --model"):
-        cli(["analyze", "margin", f"run={run}", "--output", str(tmp_path / "m")])
+    assert cli(["analyze", "margin", f"run={run}", "--output", str(tmp_path / "m")]) == 2
+    assert re.search(r"has no saved mean_logp .*--recompute or --model", capsys.readouterr().err)

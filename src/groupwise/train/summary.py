@@ -323,11 +323,6 @@ def plot_run(run_dir: str | Path, path: str | Path | None = None) -> Path:
     run_dir = Path(run_dir)
     summary = summarize(run_dir)
     rows = _metrics(run_dir)
-    steps = np.array([row["step"] for row in rows])
-
-    def series(key: str) -> np.ndarray:
-        return np.array([row.get(key, np.nan) for row in rows], dtype=np.float64)
-
     evaluations = read_heldout(run_dir)
     panels = ["reward", *(["heldout"] if evaluations else []), "groups"]
     if "LENS" in summary.label:
@@ -336,35 +331,10 @@ def plot_run(run_dir: str | Path, path: str | Path | None = None) -> Path:
         panels += ["pairs", "lambda"]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=True):
-        if panel == "reward":
-            reward = series("reward_mean")
-            ax.plot(steps, reward, alpha=0.3, linewidth=0.8)
-            ax.plot(steps, trailing_mean(reward, SMOOTHING), color="C0")
-            ax.set(title=f"training reward (line: mean of {SMOOTHING})", ylabel="mean reward")
-        elif panel == "heldout":
-            x = [e["step"] for e in evaluations]
-            per_problem = [np.asarray(e["correct"], dtype=np.float64) / e["n"] for e in evaluations]
-            intervals = [mean_interval(p) for p in per_problem]
-            ax.plot(x, [100 * p.mean() for p in per_problem], marker="o", color="C1")
-            ax.fill_between(
-                x, [100 * i[0] for i in intervals], [100 * i[1] for i in intervals], alpha=0.2
-            )
-            ax.set(title="held-out accuracy (95 % CI)", ylabel="accuracy (%)")
-        elif panel == "groups":
-            for key, name in (("group_mixed", "mixed"), ("group_all_correct", "all-correct")):
-                ax.plot(steps, 100 * series(key), label=name)
-            ax.plot(steps, 100 * series("group_all_wrong"), label="all-wrong")
-            ax.set(title="groups", ylabel="share of groups (%)")
-            ax.legend(fontsize=8)
-        elif panel == "all_wrong":
-            ax.plot(steps, 100 * series("group_all_wrong_active"), color="C3")
-            ax.set(title="all-wrong groups with a gradient", ylabel="share of groups (%)")
-        elif panel == "pairs":
-            ax.plot(steps, series("pairs_per_group"), color="C4")
-            ax.set(title="AMIR-GRPO pairs per group", ylabel="pairs")
+        if panel == "heldout":
+            _draw_heldout(ax, evaluations)
         else:
-            ax.plot(steps, series("lambda"), color="C5")
-            ax.set(title="AMIR-GRPO lambda_reg", ylabel="lambda")
+            _draw_series(ax, panel, rows)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.suptitle(f"{summary.label}: {run_dir}", fontsize=10)
@@ -373,6 +343,58 @@ def plot_run(run_dir: str | Path, path: str | Path | None = None) -> Path:
     fig.savefig(target, dpi=110)
     plt.close(fig)
     return target
+
+
+# panel -> (metrics.jsonl key, its scale, colour, title, y label); "groups" draws three keys.
+_SERIES_PANELS = {
+    "all_wrong": (
+        "group_all_wrong_active",
+        100,
+        "C3",
+        "all-wrong groups with a gradient",
+        "share of groups (%)",
+    ),
+    "pairs": ("pairs_per_group", 1, "C4", "AMIR-GRPO pairs per group", "pairs"),
+    "lambda": ("lambda", 1, "C5", "AMIR-GRPO lambda_reg", "lambda"),
+}
+
+
+def _draw_series(ax: Any, panel: str, rows: list[dict[str, Any]]) -> None:
+    """One panel of per-step metrics: reward (raw and trailing mean), group shares, or one of
+    _SERIES_PANELS."""
+    steps = np.array([row["step"] for row in rows])
+
+    def series(key: str) -> np.ndarray:
+        return np.array([row.get(key, np.nan) for row in rows], dtype=np.float64)
+
+    if panel == "reward":
+        reward = series("reward_mean")
+        ax.plot(steps, reward, alpha=0.3, linewidth=0.8)
+        ax.plot(steps, trailing_mean(reward, SMOOTHING), color="C0")
+        ax.set(title=f"training reward (line: mean of {SMOOTHING})", ylabel="mean reward")
+    elif panel == "groups":
+        for key, name in (
+            ("group_mixed", "mixed"),
+            ("group_all_correct", "all-correct"),
+            ("group_all_wrong", "all-wrong"),
+        ):
+            ax.plot(steps, 100 * series(key), label=name)
+        ax.set(title="groups", ylabel="share of groups (%)")
+        ax.legend(fontsize=8)
+    else:
+        key, scale, color, title, ylabel = _SERIES_PANELS[panel]
+        ax.plot(steps, scale * series(key), color=color)
+        ax.set(title=title, ylabel=ylabel)
+
+
+def _draw_heldout(ax: Any, evaluations: list[dict[str, Any]]) -> None:
+    """Held-out accuracy at each evaluation, with its 95 % interval over problems."""
+    x = [e["step"] for e in evaluations]
+    per_problem = [np.asarray(e["correct"], dtype=np.float64) / e["n"] for e in evaluations]
+    intervals = [mean_interval(p) for p in per_problem]
+    ax.plot(x, [100 * p.mean() for p in per_problem], marker="o", color="C1")
+    ax.fill_between(x, [100 * i[0] for i in intervals], [100 * i[1] for i in intervals], alpha=0.2)
+    ax.set(title="held-out accuracy (95 % CI)", ylabel="accuracy (%)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
