@@ -39,12 +39,12 @@ def data_dir() -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks by file: tests/test_trl_*.py need TRL (both environments have it), tests/
-    test_vllm_*.py need vLLM (only .venv-vllm has it: scripts/test.sh runs them there with
-    -m "trl or vllm", and deselects them in .venv with -m "not vllm"; never skipped). vLLM test
-    modules import vllm inside their fixtures, so that collecting them needs no vLLM. tests/
-    test_verl_*.py need verl (only .venv-verl has it: scripts/test.sh runs them there and leaves
-    their files out elsewhere, since they import verl to collect)."""
+    """Marks by file: tests/test_trl_*.py need TRL (both environments have it; scripts/test.sh
+    runs them in .venv), tests/test_vllm_*.py need vLLM (only .venv-vllm has it: scripts/test.sh
+    runs them there with -m vllm, and deselects them in .venv with -m "not vllm"; never
+    skipped). vLLM test modules import vllm inside their fixtures, so that collecting them needs
+    no vLLM. tests/test_verl_*.py need verl (only .venv-verl has it: scripts/test.sh runs them
+    there; collect_ignore_glob leaves their files out elsewhere, since they import verl)."""
     for item in items:
         name = item.path.name
         if name.startswith("test_trl_"):
