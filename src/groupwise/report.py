@@ -214,16 +214,6 @@ def _calibrated(results: Mapping[str, Any]) -> list[str]:
     return [b for b in _benchmarks(results) if "calibration" in results[b]]
 
 
-def _signed(table: Mapping[str, Any], key: str, scale: float, digits: int) -> str:
-    value, ci = table.get(key), table.get(f"{key}_ci")
-    if value is None:
-        return "-"
-    text = f"{scale * value:+.{digits}f}"
-    if ci:
-        text += f" [{scale * ci[0]:+.{digits}f}, {scale * ci[1]:+.{digits}f}]"
-    return text
-
-
 PAIRED_HEADER = [
     "benchmark",
     "difference",
@@ -249,7 +239,7 @@ def paired_calibration_rows(
     (groupwise.calibration.paired_calibration_table, from both samples.jsonl files; an
     evaluation without its samples.jsonl is left out)."""
     from groupwise.calibration import paired_calibration_table
-    from groupwise.evaluation.calibration import sample_arrays
+    from groupwise.evaluation.calibration import sample_arrays, value_with_interval
     from groupwise.records import group_by_problem
 
     labels = [label for label, r in evals.items() if _calibrated(r) and label in samples]
@@ -276,12 +266,12 @@ def paired_calibration_rows(
                     bench,
                     f"{other} - {base}",
                     str(table["problems"]),
-                    _signed(table, "coverage", 100.0, 1),
-                    _signed(table, "brier", 1.0, 3),
-                    _signed(table, "ece_mass", 1.0, 3),
-                    _signed(table, "ece_width", 1.0, 3),
-                    _signed(table, "auroc", 1.0, 3),
-                    _signed(table, "overconfidence", 100.0, 1),
+                    value_with_interval(table, "coverage", 100.0, 1, signed=True),
+                    value_with_interval(table, "brier", 1.0, 3, signed=True),
+                    value_with_interval(table, "ece_mass", 1.0, 3, signed=True),
+                    value_with_interval(table, "ece_width", 1.0, 3, signed=True),
+                    value_with_interval(table, "auroc", 1.0, 3, signed=True),
+                    value_with_interval(table, "overconfidence", 100.0, 1, signed=True),
                 ]
             )
     return rows

@@ -90,13 +90,23 @@ def add_calibration(
                 table["calibration"] = by_level[label]
 
 
-def _percent(table: Mapping[str, Any], key: str, scale: float = 100.0, digits: int = 1) -> str:
+def value_with_interval(
+    table: Mapping[str, Any],
+    key: str,
+    scale: float = 100.0,
+    digits: int = 1,
+    *,
+    signed: bool = False,
+) -> str:
+    """table[key] x scale with its interval table[key_ci] ("-" when undefined); signed for a
+    difference (a leading + on positive values)."""
     value, ci = table.get(key), table.get(f"{key}_ci")
     if value is None:
         return "-"
-    text = f"{scale * value:.{digits}f}"
+    form = f"{'+' if signed else ''}.{digits}f"
+    text = f"{scale * value:{form}}"
     if ci:
-        text += f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]"
+        text += f" [{scale * ci[0]:{form}}, {scale * ci[1]:{form}}]"
     return text
 
 
@@ -116,13 +126,13 @@ def calibration_cells(table: Mapping[str, Any]) -> list[str]:
     percent, the missing count, Brier, the two ECEs and AUROC as fractions, mean confidence
     minus accuracy in percentage points; each with its 95 % interval, '-' where undefined."""
     return [
-        _percent(table, "coverage"),
+        value_with_interval(table, "coverage"),
         str(table["missing"]),
-        _percent(table, "brier", 1.0, 3),
-        _percent(table, "ece_mass", 1.0, 3),
-        _percent(table, "ece_width", 1.0, 3),
-        _percent(table, "auroc", 1.0, 3),
-        _percent(table, "overconfidence"),
+        value_with_interval(table, "brier", 1.0, 3),
+        value_with_interval(table, "ece_mass", 1.0, 3),
+        value_with_interval(table, "ece_width", 1.0, 3),
+        value_with_interval(table, "auroc", 1.0, 3),
+        value_with_interval(table, "overconfidence"),
     ]
 
 
