@@ -30,8 +30,13 @@ from datasets import Dataset
 from peft import LoraConfig
 from transformers import HfArgumentParser
 
-from groupwise.data import build_messages, load_benchmark
-from groupwise.integrations.trl import GroupwiseGRPOConfig, GroupwiseGRPOTrainer, reward_functions
+from groupwise.data import build_messages, get_template, load_benchmark
+from groupwise.integrations.trl import (
+    GroupwiseGRPOConfig,
+    GroupwiseGRPOTrainer,
+    PassAtKCallback,
+    reward_functions,
+)
 from groupwise.models import load_model, model_aliases
 from groupwise.rewards import AMIR_GRPO_CHECKING, AMIR_GRPO_WEIGHTS, LENS_CHECKING, LENS_WEIGHTS
 
@@ -67,6 +72,15 @@ class ScriptArguments:
             "choices": list(REWARDS),
         },
     )
+    heldout_problems: int = field(
+        default=0,
+        metadata={
+            "help": "Evaluate pass@k (and calibration with an amir prompt) on this many problems "
+            "of the benchmark's test split while training (groupwise's PassAtKCallback); 0: none."
+        },
+    )
+    heldout_every: int = field(default=50, metadata={"help": "Steps between evaluations."})
+    heldout_n: int = field(default=8, metadata={"help": "Completions per held-out problem."})
     use_peft: bool = field(default=True, metadata={"help": "Train a LoRA adapter."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank (AMIR-GRPO paper: 16)."})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (AMIR-GRPO paper: 16)."})
@@ -128,6 +142,22 @@ def main(argv: list[str] | None = None) -> GroupwiseGRPOTrainer:
         processing_class=tokenizer,
         peft_config=peft_config,
     )
+    if script.heldout_problems:
+        heldout = load_benchmark(script.benchmark, split="test", data_dir=script.data_dir)
+        rows = [
+            {"prompt": build_messages(p, script.prompt), "answer": p.answer, "id": p.id}
+            for p in heldout[: script.heldout_problems]
+        ]
+        trainer.add_callback(
+            PassAtKCallback(
+                trainer,
+                rows,
+                n=script.heldout_n,
+                every=script.heldout_every,
+                calibration=get_template(script.prompt).asks_confidence,
+                checking=checking,
+            )
+        )
     trainer.train()
     trainer.save_model(training_args.output_dir)
     return trainer

@@ -87,3 +87,13 @@ def test_a_missing_batch_key_is_named_in_the_error() -> None:
 def test_a_missing_attribute_is_named_in_the_error() -> None:
     with pytest.raises(TRLCompatibilityError, match="reward_func_names, reward_weights"):
         check_trainer_attributes(object())
+
+
+def test_a_changed_generation_hook_of_the_callback_is_named() -> None:
+    # PassAtKCallback calls _tokenize_prompts and _generate_single_turn (compat.CALLED_HOOKS)
+    class Changed(GRPOTrainer):
+        def _generate_single_turn(self, prompt_ids, images, num_generations):
+            raise NotImplementedError
+
+    with pytest.raises(TRLCompatibilityError, match="_generate_single_turn has parameters"):
+        check_trl_compatibility(Changed)

@@ -513,9 +513,10 @@ def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
             *("--max_completion_length", "4", "--bf16", "false", "--use_cpu", "true"),
             *("--gradient_checkpointing", "false", "--report_to", "none"),
             *("--save_strategy", "no", "--output_dir", str(tmp_path)),
+            *("--heldout_problems", "2", "--heldout_n", "2", "--heldout_every", "1"),
         ]
     )
-    log = trainer.state.log_history[0]
+    log = next(entry for entry in trainer.state.log_history if "loss" in entry)
     assert trainer.args.correctness_reward == "correctness"
     assert trainer.args.correctness_value == 2.0
     assert [f.__name__ for f in trainer.reward_funcs] == [
@@ -527,6 +528,12 @@ def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
     ]
     assert math.isfinite(log["loss"]) and "amir/lambda" in log and "groups/all_wrong" in log
     assert (tmp_path / "adapter_model.safetensors").is_file()
+    # held-out pass@k before the step and after it, with calibration (the amir prompt)
+    from groupwise.integrations.trl.heldout import read_evaluations
+
+    evaluations = read_evaluations(tmp_path)
+    assert [e["step"] for e in evaluations] == [0, 1]
+    assert all(len(e["correct"]) == 2 and "calibration" in e for e in evaluations)
 
 
 def test_accelerate_configs_load() -> None:

@@ -1,7 +1,9 @@
 """TRL's vLLM path for real: GroupwiseGRPOTrainer with use_vllm=True, vllm_mode="colocate" on
 vLLM's CPU build (run in .venv-vllm; scripts/test.sh), AMIR-GRPO + LENS, importance-sampling
 correction on and off. Each run is its own process (tests/vllm_trl_run.py), since vLLM spawns
-its engine there. A third run trains a LoRA adapter (TRL merges it for each weight sync).
+its engine there. A third run trains a LoRA adapter (TRL merges it for each weight sync). The
+run without correction also evaluates held-out pass@k through the colocated engine
+(PassAtKCallback).
 
 On these real vLLM rollouts the rollout l(q, o) that LENS and AMIR use are the old policy TRL's
 loss uses (issue 22, finding 2), the trained weights reach vLLM (its sampling log-probs follow
@@ -41,6 +43,7 @@ def test_colocate_trains_and_uses_trls_old_policy(
     vLLM too (a learning rate of 0.5 moves LoRA's B, zero at the start, measurably in 3 steps)."""
     out = tmp_path / "run.json"
     adapter = ["--lora", "--learning-rate", "0.5"] if lora else []
+    heldout = ["--heldout"] if correction == "off" else []
     subprocess.run(
         [
             sys.executable,
@@ -54,6 +57,7 @@ def test_colocate_trains_and_uses_trls_old_policy(
             "--cores",
             core_list(ENGINE_CORES),
             *adapter,
+            *heldout,
         ],
         check=True,
         timeout=900,
@@ -83,3 +87,13 @@ def test_colocate_trains_and_uses_trls_old_policy(
     assert run["vllm_vs_initial"] > 5 * run["vllm_vs_trained"]
     if correction == "on":
         assert all(e["sampling/sampling_logp_difference/mean"] < 0.01 for e in logs)
+    if heldout:
+        # PassAtKCallback sampled through TRL's colocated vLLM at steps 0-3 (2 per problem)
+        evaluations = run["heldout"]
+        assert [e["step"] for e in evaluations] == [0, 1, 2, 3]
+        assert all(e["sampling"]["engine"] == "vllm-colocate" for e in evaluations)
+        assert all(e["samples"] == 6 and len(e["correct"]) == 3 for e in evaluations)
+        passes = [e for e in run["log_history"] if "heldout/pass@2" in e]
+        assert [e["step"] for e in passes] == [0, 1, 2, 3]
+        for e in passes:
+            assert e["heldout/pass@1"] <= e["heldout/pass@2"]  # pass@k grows with k

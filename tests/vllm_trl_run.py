@@ -141,6 +141,22 @@ def weight_sync_check(trainer, model_dir: str, prompt: str) -> dict[str, float]:
     }
 
 
+def heldout_evaluations(output_dir: str) -> list[dict]:
+    """PassAtKCallback's evaluations (heldout.jsonl), with each one's sample count."""
+    from pathlib import Path
+
+    from groupwise.integrations.trl.heldout import HELDOUT_FOLDER, read_evaluations
+
+    folder = Path(output_dir) / HELDOUT_FOLDER
+    return [
+        {
+            **line,
+            "samples": len((folder / f"samples-step{line['step']}.jsonl").read_text().splitlines()),
+        }
+        for line in read_evaluations(output_dir)
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -151,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter")
     parser.add_argument("--cores", help="the engine's cores, e.g. 0-1 (default: all of them)")
+    parser.add_argument(
+        "--heldout", action="store_true", help="PassAtKCallback every step (3 problems, n=2)"
+    )
     args = parser.parse_args(argv)
     if args.cores:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = args.cores  # what colocate_binding reads
@@ -206,6 +225,11 @@ def main(argv: list[str] | None = None) -> None:
         "process_cores": process_cores(os.getpid()),
         "torch_threads": torch.get_num_threads(),
     }
+    if args.heldout:
+        from groupwise.integrations.trl import PassAtKCallback
+
+        rows = [{"prompt": p, "answer": str(3 * i)} for i, p in enumerate(prompts[:3])]
+        trainer.add_callback(PassAtKCallback(trainer, rows, n=2, every=1))
     trainer.train()
     done = time.perf_counter()
     synced = weight_sync_check(trainer, model, prompts[0])
@@ -217,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
                 "trl_old": [[batch[row] for row in sorted(batch)] for batch in trainer.trl_old()],
                 "had_old": [had for _, _, had in trainer.old_policy],
                 "log_history": trainer.state.log_history,
+                "heldout": heldout_evaluations(config.output_dir),
                 "cpu_binding": binding,
                 "seconds_build": built - start,
                 "seconds_train": done - built,

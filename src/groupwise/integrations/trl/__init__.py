@@ -10,7 +10,9 @@ A TRL script switches from GRPOConfig / GRPOTrainer by changing the two class na
 options; everything TRL wires in (vLLM, DeepSpeed, FSDP, accelerate multi-node, PEFT, its
 loggers) is unchanged. `reward_functions` turns groupwise's reward components into TRL reward
 functions. Rooms: config.py (the options), trainer.py (the overrides and why), terms.py (the
-batch math, calling groupwise.algorithms), rewards.py, compat.py (the guard on TRL's internals).
+batch math, calling groupwise.algorithms), rewards.py, heldout.py (`PassAtKCallback`: pass@k
+and calibration on held-out problems while training, with TRL's GRPOTrainer too), compat.py
+(the guard on TRL's internals).
 """
 
 try:
@@ -26,6 +28,7 @@ from groupwise.integrations.trl.compat import (
     check_trl_compatibility,
 )
 from groupwise.integrations.trl.config import GroupwiseGRPOConfig
+from groupwise.integrations.trl.heldout import PassAtKCallback
 from groupwise.integrations.trl.rewards import reward_functions
 from groupwise.integrations.trl.trainer import GroupwiseGRPOTrainer
 
@@ -33,6 +36,7 @@ __all__ = [
     "SUPPORTED_TRL",
     "GroupwiseGRPOConfig",
     "GroupwiseGRPOTrainer",
+    "PassAtKCallback",
     "TRLCompatibilityError",
     "check_trl_compatibility",
     "reward_functions",

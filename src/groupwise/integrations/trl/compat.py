@@ -58,6 +58,20 @@ HOOKS: dict[str, tuple[str, ...]] = {
 }
 """GRPOTrainer methods the adapter overrides or calls, with their parameter names in order."""
 
+CALLED_HOOKS: dict[str, tuple[str, ...]] = {
+    # PassAtKCallback samples the held-out problems through TRL's own generation path
+    "_tokenize_prompts": ("self", "prompts"),
+    "_generate_single_turn": (
+        "self",
+        "prompt_ids",
+        "images",
+        "multimodal_fields",
+        "num_generations",
+        "has_tool_images",
+    ),
+}
+"""GRPOTrainer methods groupwise calls without overriding them (PassAtKCallback)."""
+
 ATTRIBUTES = (
     "reward_func_names",
     "reward_weights",
@@ -89,7 +103,7 @@ class TRLCompatibilityError(RuntimeError):
 
 def _hook_problems(trainer_class: type) -> list[str]:
     problems = []
-    for name, expected in HOOKS.items():
+    for name, expected in {**HOOKS, **CALLED_HOOKS}.items():
         method = getattr(trainer_class, name, None)
         if method is None:
             problems.append(f"{trainer_class.__name__}.{name} is missing")
@@ -105,8 +119,8 @@ def _hook_problems(trainer_class: type) -> list[str]:
 
 def check_trl_compatibility(trainer_class: type | None = None) -> None:
     """Raise TRLCompatibilityError naming every private GRPOTrainer method whose signature is
-    not the one the adapter was written against (HOOKS); warn when the installed TRL is outside
-    SUPPORTED_TRL but its hooks still match.
+    not the one the adapter was written against (HOOKS, CALLED_HOOKS); warn when the installed
+    TRL is outside SUPPORTED_TRL but its hooks still match.
 
     Args:
         trainer_class: the class to check; default trl.GRPOTrainer.
