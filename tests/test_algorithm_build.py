@@ -149,13 +149,21 @@ def _numeric(hint: typing.Any) -> bool:
     return hint in (int, float) or (bool(args) and args <= {int, float})
 
 
-def test_every_option_of_the_train_config_has_a_doc_and_a_range_or_a_type() -> None:
+def _declared_configs() -> dict[str, type]:
+    """Every configuration of groupwise, by the name a user sees it under."""
+    from groupwise.evaluation import EvalConfig
+    from groupwise.sft import SFTSettings
+
+    sections = {s.name: s.default_factory for s in dataclasses.fields(Config)}
+    return {**sections, "EvalConfig": EvalConfig, "SFTSettings": SFTSettings}
+
+
+def test_every_option_of_every_config_has_a_doc_and_a_range_or_a_type() -> None:
     missing = []
-    for section in dataclasses.fields(Config):
-        cls = section.default_factory
+    for where, cls in _declared_configs().items():
         hints = typing.get_type_hints(cls)
         for spec in dataclasses.fields(cls):
-            key = f"{section.name}.{spec.name}"
+            key = f"{where}.{spec.name}"
             if not spec.metadata.get("doc"):
                 missing.append(f"{key}: no doc")
             # a number is either range-checked or any value of its type (a seed)
@@ -165,6 +173,25 @@ def test_every_option_of_the_train_config_has_a_doc_and_a_range_or_a_type() -> N
             if spec.metadata.get("check") is not None and not spec.metadata.get("valid"):
                 missing.append(f"{key}: a range without words")
     assert not missing, "; ".join(missing)
+
+
+def test_evals_flags_are_generated_from_its_configs_fields() -> None:
+    import argparse
+
+    from groupwise.evaluation import EvalConfig
+    from groupwise.evaluation.command import FLAGS, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    by_dest = {action.dest: action for action in parser._actions}
+    for spec in dataclasses.fields(EvalConfig):
+        action = by_dest[spec.name]  # every field is a flag, and sets that field
+        assert FLAGS[spec.name] in action.option_strings
+        assert action.help == spec.metadata["doc"]
+    # a flag's text becomes the field's type; a flag not given leaves presets their say
+    args = parser.parse_args(["--output", "o", "--k", "1,4", "--n", "4", "--stop", "END"])
+    assert (args.ks, args.n, args.stop, args.temperature) == ((1, 4), 4, ["END"], None)
+    assert (args.engine, args.dtype, args.seed) == ("transformers", "float32", 0)
 
 
 def test_a_plugin_can_register_the_estimator_the_config_names() -> None:

@@ -13,11 +13,8 @@ configuration (e.g. train's `Config.validate`).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
-import inspect
-import itertools
 import types
 import typing
 from pathlib import Path
@@ -193,33 +190,13 @@ def _type_name(tp: Any) -> str:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """{field: its documentation} of a config dataclass: the field's metadata "doc" (with its
-    valid range, metadata "valid"), else the docstring under its declaration in the class or a
-    base class."""
+    """{field: its documentation} of a config dataclass: the field's metadata "doc" (`option`),
+    with its valid range (metadata "valid")."""
     docs = {}
-    for base in reversed(cls.__mro__[:-1]):
-        if dataclasses.is_dataclass(base):
-            docs.update(_declaration_docs(base))
     for spec in dataclasses.fields(cls):
         if spec.metadata.get("doc"):
             valid = spec.metadata.get("valid")
             docs[spec.name] = spec.metadata["doc"] + (f" Valid: {valid}." if valid else "")
-    return docs
-
-
-def _declaration_docs(cls: type) -> dict[str, str]:
-    """{field: the docstring under its declaration} in the class body of `cls`."""
-    tree = ast.parse(inspect.getsource(cls))
-    docs = {}
-    for node, after in itertools.pairwise(tree.body[0].body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
 

@@ -42,6 +42,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from groupwise.config import apply_override, build
 from groupwise.data.synthetic import LEVELS, generate_problems
 from groupwise.models import ARITH_BASE_DIR, load_saved_llama
+from groupwise.options import check_options, option
 
 # Changing what training does (data, loss, schedule, tokenizer) must change this, so that
 # caches written by older code are not reused.
@@ -56,6 +57,13 @@ SHIPPED_DIR = ARITH_BASE_DIR
 # base_policy_scores: test problems per level and the greedy completion's token budget.
 SCORED_PROBLEMS = 100
 SCORED_TOKENS = 96
+
+
+POSITIVE = "an integer >= 1"
+
+
+def _positive(value: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True)
@@ -78,56 +86,54 @@ class SFTSettings:
     problems x 16 samples, bench/results/learning.md).
     """
 
-    levels: tuple[str, ...] = ("easy", "mid", "hard")
-    """Levels of the "arith" train split, in equal shares; a level named twice gets two."""
-    examples: int = 6000
-    """Distinct training problems in all (split over ``levels``)."""
-    steps: int = 600
-    """Optimizer steps of ``batch_size`` examples; the main knob for how weak the policy is."""
-    lr: float = 3e-3
-    """Peak AdamW learning rate (linear warm-up over ``warmup_steps``, cosine decay to 10 %)."""
-    warmup_steps: int = 30
-    batch_size: int = 32
-    hidden_size: int = 128
-    """Width of the LlamaForCausalLM (embeddings tied with the output layer)."""
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 384
-    """Width of the MLP of each layer."""
-    weight_decay: float = 0.01
-    seed: int = 0
-    """Seed of the train problems, the initial weights and the batch order."""
+    levels: tuple[str, ...] = option(
+        ("easy", "mid", "hard"),
+        """Levels of the "arith" train split, in equal shares; a level named twice gets two.""",
+        f"one or more levels (valid levels: {sorted(LEVELS)})",
+        lambda v: bool(v) and all(level in LEVELS for level in v),
+    )
+    examples: int = option(
+        6000,
+        """Distinct training problems in all (split over levels).""",
+        POSITIVE,
+        _positive,
+    )
+    steps: int = option(
+        600,
+        """Optimizer steps of batch_size examples; the main knob for how weak the policy is.""",
+        POSITIVE,
+        _positive,
+    )
+    lr: float = option(
+        3e-3,
+        """Peak AdamW learning rate (linear warm-up over warmup_steps, cosine decay to 10 %).""",
+        "> 0",
+        lambda v: v > 0,
+    )
+    warmup_steps: int = option(30, """Steps of the linear warm-up.""", ">= 0", lambda v: v >= 0)
+    batch_size: int = option(32, """Examples per optimizer step.""", POSITIVE, _positive)
+    hidden_size: int = option(
+        128,
+        """Width of the LlamaForCausalLM (embeddings tied with the output layer); divisible by
+        num_heads.""",
+        POSITIVE,
+        _positive,
+    )
+    num_layers: int = option(4, """Decoder layers.""", POSITIVE, _positive)
+    num_heads: int = option(4, """Attention heads of each layer.""", POSITIVE, _positive)
+    intermediate_size: int = option(384, """Width of the MLP of each layer.""", POSITIVE, _positive)
+    weight_decay: float = option(0.01, """AdamW weight decay.""", ">= 0", lambda v: v >= 0)
+    seed: int = option(
+        0, """Seed of the train problems, the initial weights and the batch order."""
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "levels", tuple(self.levels))
-        unknown = [level for level in self.levels if level not in LEVELS]
-        if not self.levels or unknown:
-            raise ValueError(
-                f"SFTSettings.levels: unknown or empty {list(self.levels)}; "
-                f"valid levels: {sorted(LEVELS)}"
-            )
-        for name in (
-            "examples",
-            "steps",
-            "batch_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"SFTSettings.{name} must be an integer >= 1, got {value!r}")
+        check_options(self, lambda name: f"SFTSettings.{name}")
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"SFTSettings.hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_heads ({self.num_heads})"
-            )
-        if self.lr <= 0 or self.warmup_steps < 0 or self.weight_decay < 0:
-            raise ValueError(
-                f"SFTSettings: lr must be > 0, warmup_steps and weight_decay >= 0; got "
-                f"lr={self.lr}, warmup_steps={self.warmup_steps}, "
-                f"weight_decay={self.weight_decay}"
             )
 
     @classmethod

@@ -44,8 +44,6 @@ from groupwise.algorithms.options import (
     Algorithm,
     AlgorithmOptions,
     RewardFacts,
-    check_options,
-    option,
 )
 from groupwise.algorithms.policy_loss import aggregate_token_losses, kl_k3, policy_loss
 from groupwise.algorithms.preference import (
@@ -82,7 +80,6 @@ __all__ = [
     "PreferenceTerms",
     "RewardFacts",
     "aggregate_token_losses",
-    "check_options",
     "get_advantage_estimator",
     "group_advantages",
     "group_targets",
@@ -96,7 +93,6 @@ __all__ = [
     "loss_terms",
     "micro_batch_share",
     "mine_pairs",
-    "option",
     "policy_loss",
     "preference_coefficients",
     "preference_loss",

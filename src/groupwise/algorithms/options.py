@@ -1,8 +1,8 @@
 """The options every engine shares, and what an engine builds from them (docs/algorithms.md §1-3).
 
 `AlgorithmOptions` declares each option once, with its default, its valid range and its
-documentation (`option`: field metadata "doc", "valid", "check"); `option` is also how every
-other configuration of groupwise declares its fields (train, eval, sft). groupwise's config
+documentation (`groupwise.options.option`: field metadata "doc", "valid", "check"), the way
+every other configuration of groupwise declares its fields (train, eval, sft). groupwise's config
 section `algorithm` is a subclass that adds the options of groupwise's own trainer (clip range,
 aggregation, mini-batches); TRL's `GroupwiseGRPOConfig` and verl's adapter declare the same
 options under their own names.
@@ -17,9 +17,8 @@ settings and AdaptiveLambda, the pairless-batch warning, and what the engine mus
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from groupwise.algorithms.estimators import (
@@ -36,41 +35,7 @@ from groupwise.algorithms.targets import (
     group_targets,
     unreachable_margin,
 )
-
-_NO_DEFAULT: Any = dataclasses.MISSING
-
-
-def option(
-    default: Any = _NO_DEFAULT,
-    doc: str = "",
-    valid: str | None = None,
-    check: Callable[[Any], bool] | None = None,
-    *,
-    factory: Callable[[], Any] | None = None,
-) -> Any:
-    """A dataclass field with its documentation and, where a type alone does not say it, its
-    valid range in words (`valid`) and as a predicate (`check`, applied by `check_options`).
-    factory: for a mutable default (a list, a mapping), in place of `default`."""
-    metadata = {"doc": " ".join(doc.split()), "valid": valid, "check": check}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-def check_options(values: Any, name: Callable[[str], str] = str) -> None:
-    """Raise ValueError naming the first field of the dataclass `values` outside its Literal
-    choices or its `option` range; `name` maps a field to the name the user typed (e.g.
-    "algorithm.margin", "amir_margin")."""
-    hints = typing.get_type_hints(type(values))
-    for spec in dataclasses.fields(values):
-        value = getattr(values, spec.name)
-        choices = _choices(hints[spec.name])
-        if choices and value not in choices:
-            listed = ", ".join(str(c) for c in choices)
-            raise ValueError(f"{name(spec.name)}={value!r} is not one of {listed}")
-        ok = spec.metadata.get("check")
-        if ok is not None and not ok(value):
-            raise ValueError(f"{name(spec.name)} must be {spec.metadata['valid']}, got {value!r}")
+from groupwise.options import check_options, option
 
 
 @dataclass(frozen=True)
@@ -377,8 +342,3 @@ class AlgorithmOptions:
 def option_fields() -> dict[str, dataclasses.Field]:
     """AlgorithmOptions' fields by name (default, metadata "doc" and "valid")."""
     return {spec.name: spec for spec in dataclasses.fields(AlgorithmOptions)}
-
-
-def _choices(hint: Any) -> tuple[Any, ...]:
-    """The values a Literal type allows; () for any other type."""
-    return typing.get_args(hint) if typing.get_origin(hint) is Literal else ()

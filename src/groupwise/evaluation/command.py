@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, Field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from groupwise.evaluation.config import (
-    APIS,
     DEFAULT_BATCH_SIZES,
-    ENGINES,
     FORMER_GRADINGS,
     PRESETS,
     EvalConfig,
@@ -30,35 +31,10 @@ from groupwise.evaluation.engines import EngineOptions, open_sampler
 from groupwise.evaluation.folder import count_pending
 from groupwise.evaluation.results import results_markdown
 from groupwise.evaluation.sampling import CheckFn, evaluate
-from groupwise.rewards import MODES
 
 if TYPE_CHECKING:
     from groupwise.data import Problem
     from groupwise.rewards import Verdict
-
-# EvalConfig field -> the flag that sets it
-FLAGS = {
-    "model": "--model",
-    "adapter": "--adapter",
-    "benchmarks": "--benchmarks",
-    "n": "--n",
-    "ks": "--k",
-    "temperature": "--temperature",
-    "top_p": "--top-p",
-    "max_new_tokens": "--max-new-tokens",
-    "prompt": "--prompt",
-    "checking": "--checking",
-    "limit": "--limit",
-    "batch_size": "--batch-size",
-    "dtype": "--dtype",
-    "seed": "--seed",
-    "data_dir": "--data-dir",
-    "engine": "--engine",
-    "api": "--api",
-    "stop": "--stop",
-    "tokenizer": "--tokenizer",
-    "base_url": "--base-url",
-}
 
 
 class FlagError(ValueError):
@@ -81,37 +57,65 @@ def _str_list(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from groupwise.data.prompts import TEMPLATES
+def flag_of(spec: Field) -> str:
+    """The command-line flag of an EvalConfig field: its cli "flag", else --NAME-WITH-DASHES."""
+    return spec.metadata["cli"].get("flag", "--" + spec.name.replace("_", "-"))
 
+
+# EvalConfig field -> the flag that sets it
+FLAGS = {spec.name: flag_of(spec) for spec in fields(EvalConfig)}
+_PRESET_KEYS = {key for preset in PRESETS.values() for key in preset}
+
+
+def _flag_type(hint: Any) -> Callable[[str], Any] | None:
+    """How a flag's text becomes the field's type: int, float, comma-separated tuples."""
+    if typing.get_origin(hint) is tuple:
+        return _int_list if typing.get_args(hint)[0] is int else _str_list
+    kinds = [t for t in (typing.get_args(hint) or (hint,)) if t is not type(None)]
+    return kinds[0] if kinds[0] in (int, float) else None
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """One flag per EvalConfig field, generated from its declaration (groupwise.options): its
+    doc is the help, its cli metadata the flag, choices, group and default. A flag not given is
+    None where a preset or an engine decides the value, else the field's default. Returns the
+    flag groups made, by title."""
+    hints = typing.get_type_hints(EvalConfig)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for spec in fields(EvalConfig):
+        cli = spec.metadata["cli"]
+        unset = spec.name in _PRESET_KEYS or spec.default is MISSING
+        kwargs: dict[str, Any] = {
+            "dest": spec.name,
+            "help": spec.metadata["doc"],
+            "default": cli.get("default", None if unset else spec.default),
+        }
+        if "choices" in cli:
+            kwargs["choices"] = list(cli["choices"]())
+        if "metavar" in cli:
+            kwargs["metavar"] = cli["metavar"]
+        if "action" in cli:
+            kwargs["action"] = cli["action"]
+        elif (kind := _flag_type(hints[spec.name])) is not None:
+            kwargs["type"] = kind
+        where = parser
+        if "group" in cli:
+            where = groups.setdefault(cli["group"], parser.add_argument_group(cli["group"]))
+        where.add_argument(flag_of(spec), **kwargs)
+    return groups
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `groupwise eval`: EvalConfig's (generated from its fields), then those of
+    the command and the engines that are no setting of the evaluation."""
+    groups = _add_config_flags(parser)
     p = parser.add_argument
-    p(
-        "--model",
-        default=None,
-        help="alias (smollm2-135m-instruct, tiny-random, ...), folder or hub id; a training "
-        "run folder (or its final/ or a checkpoint folder): its weights, evaluated with its "
-        "prompt, checking mode, lengths and sampling unless flags say otherwise; with --engine "
-        "openai the served model name",
-    )
     p(
         "--regrade",
         action="store_true",
         help="check the completions saved in --output again under --checking, into "
         "--output/regrade-MODE/ (results and verdicts); nothing is sampled, samples.jsonl is "
         "not touched",
-    )
-    p(
-        "--engine",
-        choices=ENGINES,
-        default="transformers",
-        help="what samples: transformers (groupwise's decode loop, CPU or one GPU), vllm (vLLM in "
-        "process) or openai (any OpenAI-compatible server at --base-url)",
-    )
-    p(
-        "--adapter",
-        default=None,
-        help="LoRA adapter: a training run folder (final adapter, else latest checkpoint), a "
-        "checkpoint folder or an adapter folder",
     )
     p(
         "--preset",
@@ -122,45 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "level and for Levels 4-5, n 16, k 1..16, T 1.0, top-p 1.0, 4096 tokens, boxed "
         "prompt); explicit flags override",
     )
-    p(
-        "--benchmarks",
-        type=_str_list,
-        default=None,
-        help="comma-separated NAME[:SPLIT][@KEY=VALUE...] (e.g. gsm8k,livemathbench:hard_en,"
-        "aqua@format=official)",
-    )
-    p("--n", type=int, default=None, help="samples per problem")
-    p("--k", dest="ks", type=_int_list, default=None, help="comma-separated k of pass@k")
-    p("--temperature", type=float, default=None)
-    p("--top-p", type=float, default=None)
-    p("--max-new-tokens", type=int, default=None)
-    p("--prompt", default=None, choices=sorted(TEMPLATES), help="prompt template")
-    p(
-        "--checking",
-        default=None,
-        choices=list(MODES),
-        help="how answers are checked (as train's reward.checking): amir_eval (AMIR-GRPO's "
-        "evaluation grader: no <answer> block, no credit; amir preset), groupwise (ours: "
-        "boxes, '#### N', 'the answer is' anywhere), math_verify (Math-Verify on the whole "
-        "completion; lens preset), amir_official (AMIR-GRPO's training reward check)",
-    )
     p("--grading", default=None, choices=list(FORMER_GRADINGS), help=argparse.SUPPRESS)
-    p("--limit", type=int, default=None, help="first N problems of each benchmark")
-    p("--data-dir", default=None, help="benchmark folder (default: $GROUPWISE_DATA)")
-    p(
-        "--stop",
-        action="append",
-        default=None,
-        metavar="STRING",
-        help="a string that ends a completion (repeatable; vllm and openai engines)",
-    )
-    p(
-        "--batch-size",
-        type=int,
-        default=None,
-        help="completions sampled by one call; also the unit of saving and of the progress bar "
-        "(default: " + ", ".join(f"{k} {v}" for k, v in DEFAULT_BATCH_SIZES.items()) + ")",
-    )
     p(
         "--logp-batch-size",
         type=int,
@@ -168,34 +134,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="transformers engine: sequences per forward pass when scoring mean_logp (default 8)",
     )
     p(
-        "--dtype",
-        choices=("float32", "bfloat16", "float16", "auto"),
-        default="float32",
-        help="weights dtype (transformers and vllm engines; auto: the checkpoint's own)",
-    )
-    p(
         "--device",
         default=None,
         help="transformers engine: cpu or cuda (default: cuda when available)",
     )
-    server = parser.add_argument_group("--engine openai")
-    server.add_argument(
-        "--base-url", default=None, help="the server's API root, e.g. http://127.0.0.1:8000/v1"
-    )
-    server.add_argument(
-        "--api",
-        choices=APIS,
-        default=None,
-        help="chat (the server renders its chat template; default) or "
-        "completions (prompts rendered here with --tokenizer's chat "
-        "template; the default for --prompt plain)",
-    )
-    server.add_argument(
-        "--tokenizer",
-        default=None,
-        help="the served model's tokenizer (alias, folder or hub id), to "
-        "render chat prompts for --api completions",
-    )
+    server = groups["--engine openai"]
     server.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
@@ -230,7 +173,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(repeatable): tensor_parallel_size=8, gpu_memory_utilization=0.9, "
         "max_model_len=8192, ...",
     )
-    p("--seed", type=int, default=0)
     p("--workers", type=int, default=2, help="answer-checking worker processes (default 2)")
     p("--quiet", action="store_true", help="no progress bars")
     p("--output", required=True, type=Path, help="output folder (rerun to resume)")

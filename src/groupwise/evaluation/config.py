@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from groupwise.options import option
 from groupwise.records import MEAN_LOGP_NOTE
 
 PAPER_BENCHMARKS = (
@@ -123,6 +124,22 @@ class InvalidSetting(ValueError):
         self.name, self.reason = name, reason
 
 
+def _templates() -> dict[str, Any]:
+    from groupwise.data.prompts import TEMPLATES
+
+    return TEMPLATES
+
+
+def _modes() -> dict[str, Any]:
+    from groupwise.rewards import MODES
+
+    return MODES
+
+
+def _shown(value: Any) -> str:
+    return repr(list(value) if isinstance(value, tuple) else value)
+
+
 def _is_int(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
@@ -133,51 +150,124 @@ def _is_number(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """The settings of one evaluation (saved as config.json in its folder).
+    """The settings of one evaluation (saved as config.json in its folder). Each field is
+    declared with `groupwise.options.option`: its documentation, its valid range where one
+    setting alone decides it, and how `groupwise eval` shows it as a flag (the flags are
+    generated from these fields); the rules that read several settings are `_rules`."""
 
-    model: alias, folder or hub id (groupwise.models.load_model); adapter: a LoRA adapter
-        folder on top (resolved, absolute) or None.
-    benchmarks: the benchmark labels, keys of the problems given to `evaluate` and of the
-        results; on the command line, specs NAME[:SPLIT][@KEY=VALUE...] (BenchmarkSpec).
-    n: samples per problem; ks: the k of pass@k, each in 1..n.
-    temperature (0 = greedy), top_p in (0, 1], max_new_tokens: how completions are sampled.
-    prompt: template name (groupwise.data.prompts.TEMPLATES).
-    checking: how answers are checked, a checking mode of groupwise.rewards (MODES: groupwise,
-        math_verify, amir_official, amir_eval), as train's reward.checking.
-    limit: the first `limit` problems of each benchmark (None: all).
-    batch_size: completions decoded together; one generate call (and one flush of
-        samples.jsonl) covers max(1, batch_size // n) problems. Samples do not depend on it.
-    dtype: weights dtype of the model; seed: the sampling seed (>= 0).
-    data_dir: the benchmark folder (None: env GROUPWISE_DATA, else the hub).
-    engine: what samples, one of ENGINES; `model` is the served model name for `openai`.
-    api: the endpoint of the openai engine (APIS), None for the others.
-    stop: strings that end a completion (vllm and openai engines only).
-    tokenizer: the tokenizer whose chat template renders prompts for api=completions (alias,
-        folder or hub id); None: the model's own (transformers, vllm) or none (openai).
-    base_url: the server of the openai engine, e.g. http://127.0.0.1:8000/v1 (None for the
-        others). Not a sample-changing setting: the same model may be served elsewhere.
-    """
-
-    model: str
-    adapter: str | None = None
-    benchmarks: tuple[str, ...] = PAPER_BENCHMARKS
-    n: int = 8
-    ks: tuple[int, ...] = (1, 2, 4)
-    temperature: float = 0.6
-    top_p: float = 1.0
-    max_new_tokens: int = 1024
-    prompt: str = "amir"
-    checking: str = "amir_eval"
-    limit: int | None = None
-    batch_size: int = 64
-    dtype: str = "float32"
-    seed: int = 0
-    data_dir: str | None = None
-    engine: str = "transformers"
-    api: str | None = None
-    stop: tuple[str, ...] = ()
-    tokenizer: str | None = None
-    base_url: str | None = None
+    model: str = option(
+        doc="""Alias (smollm2-135m-instruct, tiny-random, ...), folder or hub id; a training run
+        folder (or its final/ or a checkpoint folder): its weights, evaluated with its prompt,
+        checking mode, lengths and sampling unless flags say otherwise; with the openai engine
+        the served model name.""",
+        valid="a non-empty name",
+        check=lambda v: isinstance(v, str) and bool(v.strip()),
+        cli={"default": None},
+    )
+    adapter: str | None = option(
+        None,
+        """LoRA adapter: a training run folder (final adapter, else latest checkpoint), a
+        checkpoint folder or an adapter folder (resolved, absolute).""",
+    )
+    benchmarks: tuple[str, ...] = option(
+        PAPER_BENCHMARKS,
+        """Comma-separated NAME[:SPLIT][@KEY=VALUE...] (e.g. gsm8k,livemathbench:hard_en,
+        aqua@format=official): the labels of the problems and of the results.""",
+        cli={"metavar": "SPEC,SPEC,..."},
+    )
+    n: int = option(8, """Samples per problem.""", "an integer >= 1", lambda v: _is_int(v, 1))
+    ks: tuple[int, ...] = option(
+        (1, 2, 4),
+        """Comma-separated k of pass@k, each in 1..n.""",
+        cli={"flag": "--k", "metavar": "K,K,..."},
+    )
+    temperature: float = option(
+        0.6,
+        """Sampling temperature (0 = greedy).""",
+        "a finite number >= 0 (0 = greedy)",
+        lambda v: _is_number(v) and math.isfinite(v) and 0 <= v < 1e6,
+    )
+    top_p: float = option(
+        1.0,
+        """Nucleus sampling: the top-p mass.""",
+        "in (0, 1]",
+        lambda v: _is_number(v) and 0 < v <= 1,
+    )
+    max_new_tokens: int = option(
+        1024, """Most tokens of a completion.""", "an integer >= 1", lambda v: _is_int(v, 1)
+    )
+    prompt: str = option(
+        "amir",
+        """Prompt template (groupwise.data.prompts.TEMPLATES).""",
+        cli={"choices": lambda: sorted(_templates())},
+    )
+    checking: str = option(
+        "amir_eval",
+        """How answers are checked (as train's reward.checking): amir_eval (AMIR-GRPO's
+        evaluation grader: no <answer> block, no credit; amir preset), groupwise (ours: boxes,
+        '#### N', 'the answer is' anywhere), math_verify (Math-Verify on the whole completion;
+        lens preset), amir_official (AMIR-GRPO's training reward check).""",
+        cli={"choices": lambda: list(_modes())},
+    )
+    limit: int | None = option(
+        None,
+        """The first N problems of each benchmark (none: all).""",
+        "an integer >= 1",
+        lambda v: v is None or _is_int(v, 1),
+    )
+    batch_size: int = option(
+        64,
+        """Completions sampled by one call; also the unit of saving and of the progress bar:
+        one generate call covers max(1, batch_size // n) problems; samples do not depend on it
+        (default by engine: """
+        + ", ".join(f"{k} {v}" for k, v in DEFAULT_BATCH_SIZES.items())
+        + ").",
+        "an integer >= 1",
+        lambda v: _is_int(v, 1),
+        cli={"default": None},
+    )
+    dtype: str = option(
+        "float32",
+        """Weights dtype (transformers and vllm engines; auto: the checkpoint's own).""",
+        f"one of {', '.join(DTYPE_NAMES)}",
+        lambda v: v in DTYPE_NAMES,
+        cli={"choices": lambda: DTYPE_NAMES},
+    )
+    seed: int = option(0, """The sampling seed.""", "an integer >= 0", lambda v: _is_int(v, 0))
+    data_dir: str | None = option(
+        None, """Benchmark folder (default: $GROUPWISE_DATA, else the hub)."""
+    )
+    engine: str = option(
+        "transformers",
+        """What samples: transformers (groupwise's decode loop, CPU or one GPU), vllm (vLLM in
+        process) or openai (any OpenAI-compatible server at --base-url).""",
+        f"one of {', '.join(ENGINES)}",
+        lambda v: v in ENGINES,
+        cli={"choices": lambda: ENGINES},
+    )
+    api: str | None = option(
+        None,
+        """Chat (the server renders its chat template; default) or completions (prompts
+        rendered here with --tokenizer's chat template; the default for --prompt plain).""",
+        cli={"choices": lambda: APIS, "group": "--engine openai"},
+    )
+    stop: tuple[str, ...] = option(
+        (),
+        """A string that ends a completion (repeatable; vllm and openai engines).""",
+        cli={"action": "append", "metavar": "STRING", "default": None},
+    )
+    tokenizer: str | None = option(
+        None,
+        """The served model's tokenizer (alias, folder or hub id), to render chat prompts for
+        --api completions.""",
+        cli={"group": "--engine openai"},
+    )
+    base_url: str | None = option(
+        None,
+        """The server's API root, e.g. http://127.0.0.1:8000/v1 (openai engine). Not a
+        sample-changing setting: the same model may be served elsewhere.""",
+        cli={"group": "--engine openai"},
+    )
 
     # Settings that change what samples.jsonl holds: a resumed run must keep them.
     SAMPLE_KEYS = (
@@ -200,41 +290,31 @@ class EvalConfig:
     )
 
     def __post_init__(self) -> None:
+        for spec in fields(self):
+            check, value = spec.metadata.get("check"), getattr(self, spec.name)
+            if check is not None and not check(value):
+                valid = spec.metadata["valid"]
+                raise InvalidSetting(spec.name, f"must be {valid}, got {_shown(value)}")
         for name, (valid, rule) in self._rules().items():
             value = getattr(self, name)
             if not valid(value):
-                shown = list(value) if isinstance(value, tuple) else value
-                raise InvalidSetting(name, f"must be {rule}, got {shown!r}")
+                raise InvalidSetting(name, f"must be {rule}, got {_shown(value)}")
         _check_benchmarks(self.benchmarks)
 
     def _rules(self) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        from groupwise.data.prompts import TEMPLATES
-        from groupwise.rewards import MODES
-
+        """The rules that read other settings, or a registry that plugins extend."""
+        templates = _templates()
         n_ok = _is_int(self.n, 1)
         openai = self.engine == "openai"
-        chat = self.prompt in TEMPLATES and TEMPLATES[self.prompt].chat
+        chat = self.prompt in templates and templates[self.prompt].chat
         needs_tokenizer = openai and self.api == "completions" and chat
         return {
-            "model": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty name"),
-            "n": (lambda v: n_ok, "an integer >= 1"),
             "ks": (
                 lambda v: bool(v) and all(_is_int(k, 1) and (not n_ok or k <= self.n) for k in v),
                 f"integers in 1..n={self.n}",
             ),
-            "temperature": (
-                lambda v: _is_number(v) and math.isfinite(v) and 0 <= v < 1e6,
-                "a finite number >= 0 (0 = greedy)",
-            ),
-            "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "in (0, 1]"),
-            "max_new_tokens": (lambda v: _is_int(v, 1), "an integer >= 1"),
-            "prompt": (lambda v: v in TEMPLATES, f"one of {', '.join(sorted(TEMPLATES))}"),
-            "checking": (lambda v: v in MODES, f"one of {', '.join(MODES)}"),
-            "limit": (lambda v: v is None or _is_int(v, 1), "an integer >= 1"),
-            "batch_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
-            "dtype": (lambda v: v in DTYPE_NAMES, f"one of {', '.join(DTYPE_NAMES)}"),
-            "seed": (lambda v: _is_int(v, 0), "an integer >= 0"),
-            "engine": (lambda v: v in ENGINES, f"one of {', '.join(ENGINES)}"),
+            "prompt": (lambda v: v in templates, f"one of {', '.join(sorted(templates))}"),
+            "checking": (lambda v: v in _modes(), f"one of {', '.join(_modes())}"),
             "adapter": (
                 lambda v: v is None or not openai,
                 "absent with the openai engine (serve the adapter and name it in --model)",

@@ -25,11 +25,10 @@ from groupwise.algorithms import (
     AlgorithmOptions,
     LossSettings,
     RewardFacts,
-    check_options,
-    option,
 )
 from groupwise.config import ConfigError, apply_override, build, read_yaml
 from groupwise.data import TEMPLATES, MixPart, benchmark_options, benchmark_splits
+from groupwise.options import check_options, option
 from groupwise.rewards import checking_mode, component_names, correct_value, get_component
 from groupwise.train.distributed import processes_from_environment
 from groupwise.train.report_to import PACKAGES, check_report_to

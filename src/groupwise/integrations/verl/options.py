@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from groupwise.algorithms import Algorithm, AlgorithmOptions, RewardFacts
-from groupwise.algorithms.options import check_options, option, option_fields
+from groupwise.algorithms.options import option_fields
+from groupwise.options import check_options, option
 
 PREFIX = "algorithm.groupwise."
 ESTIMATOR_PREFIX = "groupwise_"
