@@ -3,13 +3,17 @@
 The held-out completions are scripted (`Scripted`): each held-out prompt gets the same four
 completions at every evaluation, so pass@k, the group shares and the calibration figures are
 computed by hand below. Training itself runs on the fixed batch of tests/trl_support.py.
-A last test samples for real (transformers) and checks that the callback leaves training as
-it would have been without it.
+A test samples for real (transformers) and checks that the callback leaves training as it
+would have been without it. Run as a script (`python tests/test_trl_heldout.py OUT`, under
+torchrun for several processes) it trains one step with the callback into OUT.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +247,31 @@ def test_sampling_for_real_leaves_training_as_it_was_and_repeats(tmp_path: Path)
     assert callback is not None and callback.done == {0, 1, 2}
 
 
+def test_two_processes_evaluate_what_one_does(tmp_path: Path) -> None:
+    # 3 problems over 2 processes: process 1 holds one real problem and one repeat (dropped)
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env["OMP_NUM_THREADS"] = "1"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    for n, launch in ((1, [sys.executable]), (2, torchrun)):
+        done = subprocess.run(
+            [*launch, __file__, str(tmp_path / str(n))],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    one, two = (read_evaluations(tmp_path / str(n)) for n in (1, 2))
+    assert [e["sampling"]["processes"] for e in (*one, *two)] == [1, 1, 2, 2]
+    for a, b in zip(one, two, strict=True):
+        assert a["correct"] == b["correct"] == [2, 0, 4]
+        assert a["pass_at_k"] == b["pass_at_k"] and a["calibration"] == b["calibration"]
+    for step in (0, 1):
+        name = f"heldout/samples-step{step}.jsonl"
+        assert (tmp_path / "1" / name).read_text() == (tmp_path / "2" / name).read_text()
+
+
 def test_bad_held_out_rows_and_settings_are_named(tmp_path: Path) -> None:
     trainer, _, _ = fx.trainer(tmp_path, cls=ScriptedTRL, args=fx.trl_config(tmp_path))
     with pytest.raises(ValueError, match="held-out row 1 has no answer"):
@@ -253,3 +282,17 @@ def test_bad_held_out_rows_and_settings_are_named(tmp_path: Path) -> None:
         PassAtKCallback(trainer, [{**ROWS[0], "id": "a"}, {**ROWS[1], "id": "a"}])
     with pytest.raises(ValueError, match="unknown"):
         PassAtKCallback(trainer, ROWS, checking="nope")
+
+
+def main(out: Path) -> None:
+    """One step of the fixed batch with the callback (every step), whatever the process count."""
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    rows_per_process = len(fx.COMPLETIONS) // processes // 2
+    trainer, _ = _build(
+        out, ScriptedGroupwise, max_steps=1, per_device_train_batch_size=rows_per_process
+    )
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
