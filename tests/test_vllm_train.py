@@ -159,3 +159,10 @@ def test_real_vllm_rollouts_give_the_transformers_engines_loss_without_correctio
     # rounding, while the rollout sampled before it is far from the trained policy
     assert check["record"]["weight_syncs"] == 1
     assert check["after_sync"] < 1e-3 and check["before_sync"] > 0.01
+
+
+def test_the_gsm8k_presets_choose_vllm_where_it_is_installed() -> None:
+    from groupwise.train.config import load_config
+
+    for preset in sorted((REPO / "configs").glob("*_gsm8k.yaml")):
+        assert load_config(preset).rollout.engine == "vllm", preset.name

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import importlib.util
 import math
 import re
 from dataclasses import dataclass, field
@@ -196,12 +197,13 @@ class RolloutConfig:
         """Weights dtype of the inference copy; auto = model.dtype. bfloat16 halves the weight
         traffic of decoding (CPUs with avx512_bf16, GPUs) while training stays in model.dtype.""",
     )
-    engine: Literal["transformers", "vllm"] = option(
+    engine: Literal["transformers", "vllm", "auto"] = option(
         "transformers",
-        """What samples the completions: transformers (groupwise's own decoding loop) or vllm (an
+        """What samples the completions: transformers (groupwise's own decoding loop), vllm (an
         engine in the training process, its weights synced after every update that changed
-        them; needs vLLM: docs/guides/train.md, "Rollout engine"). The loss always uses the
-        trainer's own log-probs.""",
+        them; needs vLLM: docs/guides/train.md, "Rollout engine") or auto (vllm where vLLM is
+        installed and the run is one process, else transformers; the run's config.yaml records
+        the choice). The loss always uses the trainer's own log-probs.""",
     )
     importance_correction: bool = option(
         False,
@@ -508,6 +510,8 @@ class Config:
         reward components, benchmarks and advantage estimators the config names."""
         _import_plugins(self.reward.plugins)
         _check_numbers(self)
+        if self.rollout.engine == "auto":
+            self.rollout.engine = installed_engine()
         check_report_to(self.train.report_to)
         _check_combinations(self)
         _check_device(self.model.device)
@@ -596,6 +600,13 @@ def _check_numbers(c: Config) -> None:
     check_question_split(
         c.rollout.questions_per_step, processes_from_environment(), c.algorithm.minibatches
     )
+
+
+def installed_engine() -> str:
+    """What rollout.engine=auto means here: vllm where vLLM is importable and the run is one
+    process (one engine per training process is what the vllm engine runs), else transformers."""
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    return "vllm" if has_vllm and processes_from_environment() == 1 else "transformers"
 
 
 def _check_combinations(c: Config) -> None:
