@@ -4,6 +4,9 @@ pass@k"): hand-computed values, verl's biased best@N beside them, and the wrappe
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from verl.trainer.ppo.metric_utils import process_validation_metrics
@@ -76,3 +79,15 @@ def test_wrapped_val_metrics_update(base):
     assert "val-core/gsm8k/acc/best@4/mean" in verl and not any("pass@" in k for k in verl)
     assert {k: both[k] for k in verl} == verl
     assert {k: both[k] for k in ours} == ours and set(both) == set(verl) | set(ours)
+
+
+def test_install_wraps_both_trainers():
+    """In a fresh process (install changes verl's classes), as Ray's setup hook runs it."""
+    code = (
+        "from groupwise.integrations.verl.validation import install; install(); "
+        "from verl.trainer.ppo.ray_trainer import RayPPOTrainer as A; "
+        "from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync as B; "
+        "assert A._val_metrics_update.groupwise_pass_at_k; "
+        "assert B._val_metrics_update.groupwise_pass_at_k"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

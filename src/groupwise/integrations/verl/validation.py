@@ -6,11 +6,14 @@ docs/algorithms.md §4 with bootstrap intervals over problems from what `_valida
 per sample its data source, its prompt's uid, and its correctness (`acc` of
 reward_extra_infos_dict when the reward returns it, else reward > 0: `correctness`).
 
-Wiring: groupwise's plugin loads at `import verl`, before any config exists, and
-process_validation_metrics sees no config, so an option under `algorithm.groupwise` cannot
-switch a wrapper of it. `with_pass_at_k(trainer_class)` wraps the trainer's
-`_val_metrics_update` instead (it has self.config, the same inputs and verl's flat keys), once,
-by the user's own line before the trainer is built.
+Wiring: process_validation_metrics sees no config, and groupwise's plugin loads at `import verl`
+in every Ray worker before any config exists; wrapping verl's trainers there would import
+them in every worker of every run. So it is opt-in, in the processes that build the trainer:
+`with_pass_at_k(trainer_class)` wraps a trainer's `_val_metrics_update` (same inputs as
+process_validation_metrics, verl's flat keys out), and `install` does it for verl's two
+trainers, as Ray's worker_process_setup_hook:
+
+    +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=groupwise.integrations.verl.validation.install
 """
 
 from __future__ import annotations
@@ -117,3 +120,13 @@ def with_pass_at_k(trainer_class: type, seed: int = 0) -> type:
     update.groupwise_pass_at_k = True  # type: ignore[attr-defined]
     trainer_class._val_metrics_update = update
     return trainer_class
+
+
+def install() -> None:
+    """Wrap verl 0.9.1's RayPPOTrainer and v1 PPOTrainer (`with_pass_at_k`), for Ray's
+    worker_process_setup_hook: verl's main_ppo builds its trainer inside a Ray actor."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    with_pass_at_k(RayPPOTrainer)
+    with_pass_at_k(PPOTrainer)
