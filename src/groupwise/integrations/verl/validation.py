@@ -51,7 +51,8 @@ def validation_pass_at_k(
     seed: int = 0,
     variable: str = "acc",
 ) -> dict[str, float]:
-    """Unbiased pass@k per data source, with 95 % bootstrap intervals (docs/algorithms.md §4).
+    """Unbiased pass@k per data source, with 95 % bootstrap intervals (docs/algorithms.md §4;
+    docs/guides/verl.md, "Validation: unbiased pass@k").
 
     Args:
         data_sources, uids, correct: one entry per sample (length S each), as verl's
@@ -80,21 +81,29 @@ def validation_pass_at_k(
         problems[str(source)][str(uid)].append(bool(ok))
     metrics: dict[str, float] = {}
     for source, by_uid in problems.items():
-        sizes = sorted({len(samples) for samples in by_uid.values()})
-        if len(sizes) > 1:
-            raise ValueError(
-                f"data source {source!r}: problems have differing sample counts {sizes}; "
-                "pass@k needs the same n for every problem of a data source"
-            )
-        n = sizes[0]
-        chosen = default_ks(n) if ks is None else list(ks)
-        table = pass_at_k_table([sum(s) for s in by_uid.values()], n, chosen, seed=seed)
-        for k in chosen:
-            name = f"{source}/{variable}/pass@{k}"
-            metrics[f"{'val-core' if k == n else 'val-aux'}/{name}"] = table[f"pass@{k}"]
-            low, high = table[f"pass@{k}_ci"]
-            metrics[f"val-aux/{name}/low"] = low
-            metrics[f"val-aux/{name}/high"] = high
+        metrics.update(_source_metrics(source, by_uid, ks, seed, variable))
+    return metrics
+
+
+def _source_metrics(
+    source: str, by_uid: Mapping[str, list[bool]], ks: Sequence[int] | None, seed: int, name: str
+) -> dict[str, float]:
+    sizes = sorted({len(samples) for samples in by_uid.values()})
+    if len(sizes) > 1:
+        raise ValueError(
+            f"data source {source!r}: problems have differing sample counts {sizes}; "
+            "pass@k needs the same n for every problem of a data source"
+        )
+    n = sizes[0]
+    chosen = default_ks(n) if ks is None else list(ks)
+    table = pass_at_k_table([sum(s) for s in by_uid.values()], n, chosen, seed=seed)
+    metrics: dict[str, float] = {}
+    for k in chosen:
+        key = f"{source}/{name}/pass@{k}"
+        metrics[f"{'val-core' if k == n else 'val-aux'}/{key}"] = table[f"pass@{k}"]
+        low, high = table[f"pass@{k}_ci"]
+        metrics[f"val-aux/{key}/low"] = low
+        metrics[f"val-aux/{key}/high"] = high
     return metrics
 
 
