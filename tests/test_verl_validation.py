@@ -16,6 +16,7 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 from groupwise.integrations.verl.validation import (
     correctness,
     default_ks,
+    failures_as_wrong,
     validation_pass_at_k,
     with_pass_at_k,
 )
@@ -79,6 +80,23 @@ def test_wrapped_val_metrics_update(base):
     assert "val-core/gsm8k/acc/best@4/mean" in verl and not any("pass@" in k for k in verl)
     assert {k: both[k] for k in verl} == verl
     assert {k: both[k] for k in ours} == ours and set(both) == set(verl) | set(ours)
+
+
+def test_v1_failed_sessions_count_as_wrong():
+    """verl v1 passes expected_acc_counts: a failed session is missing from the samples, and
+    counts as wrong (as in verl's acc), so every problem keeps n = 4."""
+    expected = {("gsm8k", "p0"): 4, ("gsm8k", "p1"): 4}
+    sources, uids, correct = failures_as_wrong(
+        SOURCES[:7], UIDS[:7], [a > 0 for a in ACC[:7]], expected
+    )
+    assert len(sources) == 8 and (sources[-1], uids[-1], correct[-1]) == ("gsm8k", "p1", False)
+    wrapped = with_pass_at_k(type("Wrapped", (PPOTrainer,), {}))
+    infos = {"reward": ACC[:7], "acc": ACC[:7]}
+    got = wrapped._val_metrics_update(
+        None, SOURCES[:7], UIDS[:7], infos, [], expected_acc_counts=expected
+    )
+    assert got["val-core/gsm8k/acc/pass@4"] == 1.0
+    assert got["val-aux/gsm8k/acc/pass@1"] == pytest.approx(got["val-core/gsm8k/acc/mean@4"])
 
 
 def test_install_wraps_both_trainers():

@@ -19,7 +19,7 @@ trainers, as Ray's worker_process_setup_hook:
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -107,6 +107,26 @@ def _source_metrics(
     return metrics
 
 
+def failures_as_wrong(
+    data_sources: list[str],
+    uids: list[str],
+    correct: list[bool],
+    expected: Mapping[tuple[str, str], int] | None,
+) -> tuple[list[str], list[str], list[bool]]:
+    """The samples with, for each (data source, uid) of `expected` (verl v1's
+    expected_acc_counts: samples asked for), the missing ones (failed sessions) added as
+    wrong, as verl v1 counts them in `acc`; unchanged when `expected` is None."""
+    if not expected:
+        return data_sources, uids, correct
+    seen = Counter(zip(map(str, data_sources), map(str, uids), strict=True))
+    missing = [key for key, want in expected.items() for _ in range(want - seen[key])]
+    return (
+        data_sources + [source for source, _ in missing],
+        uids + [uid for _, uid in missing],
+        correct + [False] * len(missing),
+    )
+
+
 def with_pass_at_k(trainer_class: type, seed: int = 0) -> type:
     """Wrap `trainer_class._val_metrics_update` (verl's RayPPOTrainer, or the v1 trainer) so
     its flat dict also holds `validation_pass_at_k`'s keys; verl's own keys and values are
@@ -119,12 +139,10 @@ def with_pass_at_k(trainer_class: type, seed: int = 0) -> type:
     def update(self: Any, data_sources: Any, sample_uids: Any, infos: Any, *args: Any, **kw: Any):
         metrics = original(self, data_sources, sample_uids, infos, *args, **kw)
         variable, correct = correctness(infos)
-        return {
-            **metrics,
-            **validation_pass_at_k(
-                list(data_sources), sample_uids, correct, seed=seed, variable=variable
-            ),
-        }
+        samples = failures_as_wrong(
+            list(data_sources), list(sample_uids), correct, kw.get("expected_acc_counts")
+        )
+        return {**metrics, **validation_pass_at_k(*samples, seed=seed, variable=variable)}
 
     update.groupwise_pass_at_k = True  # type: ignore[attr-defined]
     trainer_class._val_metrics_update = update
