@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from groupwise.data import Problem
-from groupwise.metrics import pass_at_k
+from groupwise.metrics import doubling_ks, pass_at_k
 from groupwise.rollout import SamplingParams
-from groupwise.train.heldout import HeldoutEvaluation, heldout_ks, read_heldout
+from groupwise.train.heldout import HeldoutEvaluation, read_heldout
 from groupwise.train.metrics_log import JsonlLog
 
 N = 4
@@ -68,8 +68,8 @@ def evaluation(folder: Path, asks_confidence: bool) -> HeldoutEvaluation:
     )
 
 
-def test_heldout_ks() -> None:
-    assert heldout_ks(1) == [1] and heldout_ks(4) == [1, 2, 4] and heldout_ks(6) == [1, 2, 4, 6]
+def test_doubling_ks() -> None:
+    assert doubling_ks(1) == [1] and doubling_ks(4) == [1, 2, 4] and doubling_ks(6) == [1, 2, 4, 6]
 
 
 def test_heldout_pass_at_k_and_calibration_by_hand(tmp_path: Path) -> None:

@@ -147,3 +147,10 @@ def pass_at_k_table(
             for name, counts in correct_counts.items()
         }
     return _benchmark_table(correct_counts, n, ks, confidence, bootstrap, seed, "correct_counts")
+
+
+def doubling_ks(n: int) -> list[int]:
+    """The k of a pass@k table with n samples per problem: 1, 2, 4, ... up to n, and n (the
+    held-out evaluation, the TRL callback and verl's validation report these)."""
+    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return ks if ks[-1] == n else [*ks, n]

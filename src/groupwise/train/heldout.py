@@ -27,6 +27,7 @@ import numpy as np
 
 from groupwise.data import MixPart, Problem, get_template, load_mix, render_prompt
 from groupwise.evaluation.sampling import problem_seed
+from groupwise.metrics import doubling_ks
 from groupwise.records import read_jsonl
 from groupwise.rollout import SamplingParams
 from groupwise.train.metrics_log import JsonlLog
@@ -43,7 +44,6 @@ __all__ = [
     "Difference",
     "HeldoutEvaluation",
     "accuracy_difference",
-    "heldout_ks",
     "mean_interval",
     "read_heldout",
 ]
@@ -94,7 +94,7 @@ class HeldoutEvaluation:
         self.log = log
         self.asks_confidence = asks_confidence
         self.seed = seed
-        self.ks = heldout_ks(n)
+        self.ks = doubling_ks(n)
 
     @classmethod
     def from_config(
@@ -145,7 +145,7 @@ class HeldoutEvaluation:
     def evaluate(self, step: int) -> dict[str, float]:
         """Evaluate the policy as it is after `step` steps; writes heldout.jsonl's line and
         returns the metrics for metrics.jsonl: heldout_accuracy (fraction of samples correct),
-        heldout_pass@k (unbiased, docs/algorithms.md §4, for each k of `heldout_ks`),
+        heldout_pass@k (unbiased, docs/algorithms.md §4, for each k of metrics.doubling_ks),
         heldout_problems, heldout_samples (per problem), seconds_heldout; with a prompt that
         asks for a confidence also heldout_confidence_coverage, heldout_brier,
         heldout_ece_mass, heldout_ece_width, heldout_auroc and heldout_overconfidence (those
@@ -235,12 +235,6 @@ CALIBRATION_METRICS = {
     "auroc": "auroc",
     "overconfidence": "overconfidence",
 }
-
-
-def heldout_ks(n: int) -> list[int]:
-    """The k of the held-out pass@k with n samples per problem: 1, 2, 4, ... up to n, and n."""
-    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
-    return ks if ks[-1] == n else [*ks, n]
 
 
 def _stated_confidences(

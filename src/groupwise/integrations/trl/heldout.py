@@ -32,9 +32,10 @@ from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
 
 from groupwise.evaluation.sampling import problem_seed
+from groupwise.metrics import doubling_ks
 from groupwise.records import Sample, read_jsonl
 from groupwise.rewards import DEFAULT_MODE, check_answers, parse_confidence
-from groupwise.train.heldout import CALIBRATION_METRICS, heldout_ks
+from groupwise.train.heldout import CALIBRATION_METRICS
 from groupwise.train.metrics_log import JsonlLog
 
 __all__ = ["HELDOUT_FOLDER", "PassAtKCallback", "read_evaluations"]
@@ -88,7 +89,7 @@ class PassAtKCallback(TrainerCallback):
         checking_mode(checking)  # an unknown mode is an error naming the modes
         if n < 1 or every < 1:
             raise ValueError(f"PassAtKCallback: n and every must be >= 1, got n={n}, every={every}")
-        self.ks = list(ks) if ks is not None else heldout_ks(n)
+        self.ks = list(ks) if ks is not None else doubling_ks(n)
         if not self.ks or any(not 1 <= k <= n for k in self.ks):
             raise ValueError(f"PassAtKCallback: every k must be in [1, n={n}], got {self.ks}")
         if getattr(trainer, "environment_factories", None) is not None:

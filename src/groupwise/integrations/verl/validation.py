@@ -23,15 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from groupwise.metrics import pass_at_k_table
-
-
-def default_ks(n: int) -> list[int]:
-    """1, 2, 4, ... below n, and n: verl's sizes of best@N, from k = 1."""
-    ks = [1]
-    while ks[-1] * 2 < n:
-        ks.append(ks[-1] * 2)
-    return ks if n == 1 else [*ks, n]
+from groupwise.metrics import doubling_ks, pass_at_k_table
 
 
 def correctness(infos: Mapping[str, Sequence[Any]]) -> tuple[str, list[bool]]:
@@ -57,7 +49,7 @@ def validation_pass_at_k(
     Args:
         data_sources, uids, correct: one entry per sample (length S each), as verl's
             `_validate` collects them; the samples of a problem share (data source, uid).
-        ks: the values of k (each <= the samples per problem); None: `default_ks(n)`.
+        ks: the values of k (each <= the samples per problem); None: metrics.doubling_ks(n).
         seed: seed of the bootstrap over problems (1000 resamples).
         variable: the name of the correctness signal in the keys (acc, or reward for reward > 0).
 
@@ -95,7 +87,7 @@ def _source_metrics(
             "pass@k needs the same n for every problem of a data source"
         )
     n = sizes[0]
-    chosen = default_ks(n) if ks is None else list(ks)
+    chosen = doubling_ks(n) if ks is None else list(ks)
     table = pass_at_k_table([sum(s) for s in by_uid.values()], n, chosen, seed=seed)
     metrics: dict[str, float] = {}
     for k in chosen:
