@@ -68,18 +68,25 @@ def group_rewards(
     mean_logp_old: Tensor | None = None,
     lengths: Tensor | None = None,
     option: str = verl_name("correctness_value"),
+    correct: Tensor | None = None,
 ) -> GroupRewards:
     """The group-major GroupRewards of verl's scores [B] (float, verl's row order): the score is
-    the reward total; where the estimator needs correctness, the score itself must be 0 or
-    `correctness_value` (verl's math rewards), else a one-line error naming `option`."""
+    the reward total. The correctness is `correct` ([B] bool, verl's row order: the reward's
+    own correctness key) where given; else the score itself must be 0 or `correctness_value`
+    (verl's math rewards) where the estimator needs correctness, or a one-line error names
+    `option`."""
     rewards = scores[order].float()
-    correct = rewards == correctness_value
-    if algorithm.needs_correctness and not bool((correct | (rewards == 0)).all()):
-        seen = sorted({float(v) for v in rewards.unique()[:6]})
-        raise ValueError(
-            f"advantage estimator '{algorithm.estimator.name}' needs a binary correctness score "
-            f"(0 or {option}={correctness_value:g}); verl's scores include {seen}"
-        )
+    if correct is not None:
+        correct = correct[order].bool()
+    else:
+        correct = rewards == correctness_value
+        if algorithm.needs_correctness and not bool((correct | (rewards == 0)).all()):
+            seen = sorted({float(v) for v in rewards.unique()[:6]})
+            raise ValueError(
+                f"advantage estimator '{algorithm.estimator.name}' needs a binary correctness "
+                f"score (0 or {option}={correctness_value:g}, or {verl_name('correctness_key')} "
+                f"naming the reward's correctness); verl's scores include {seen}"
+            )
     return GroupRewards(
         rewards,
         correct,
@@ -110,10 +117,12 @@ def targets_for_rows(
     config: Any = None,
     old_log_probs: Tensor | None = None,
     rollout_log_probs: Tensor | None = None,
+    correct: Tensor | None = None,
 ) -> tuple[GroupTargets, Tensor, Algorithm]:
     """groupwise's targets (group-major) of verl's rows, the group-major order of those rows
     and the Algorithm: see the module docstring. old_log_probs / rollout_log_probs: [B, T]
-    per-token log-probs of the responses (nats), the first one given is used."""
+    per-token log-probs of the responses (nats), the first one given is used. correct: [B]
+    bool, the reward's own correctness (else read from the score, `group_rewards`)."""
     order, size = group_order(index)
     algorithm, verl = algorithm_for(config, estimator, size)
     mask = response_mask.bool()
@@ -135,6 +144,7 @@ def targets_for_rows(
         verl.correctness_value,
         mean_logp_old=mean_logp,
         lengths=mask.sum(dim=-1),
+        correct=correct,
     )
     targets = algorithm.targets(batch, coefficients=mean_logp is not None)
     return targets, order, algorithm

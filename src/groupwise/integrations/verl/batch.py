@@ -43,12 +43,13 @@ def batch_fields(
     index: Any,
     config: Any,
     old_log_probs: Tensor | None = None,
+    correct: Tensor | None = None,
 ) -> BatchFields:
     """groupwise's fields of one verl training batch (module docstring): token_level_rewards and
     response_mask [B, T], index [B] uid, verl's `algorithm` config, old_log_probs [B, T] (needed
-    by AMIR and LENS)."""
+    by AMIR and LENS), correct [B] bool (the reward's own correctness; else the score's)."""
     targets, order, algorithm = targets_for_rows(
-        estimator, token_level_rewards, response_mask, index, config, old_log_probs
+        estimator, token_level_rewards, response_mask, index, config, old_log_probs, None, correct
     )
     rows = order.numel()
     _, group_size = group_order(index)
@@ -58,9 +59,9 @@ def batch_fields(
     metrics: dict[str, float] = {}
     _, verl = algorithm_for(config, estimator, group_size)
     scores = token_level_rewards.sum(dim=-1)[order]
-    correct = scores == verl.correctness_value
-    if bool((correct | (scores == 0)).all()):
-        kinds = group_types(correct, group_size)
+    is_correct = scores == verl.correctness_value if correct is None else correct[order].bool()
+    if correct is not None or bool((is_correct | (scores == 0)).all()):
+        kinds = group_types(is_correct, group_size)
         for kind, flags in kinds.items():
             metrics[f"groupwise/groups/{kind}"] = float(flags.float().mean())
         all_wrong = kinds["all_wrong"]

@@ -43,6 +43,13 @@ class VerlOptions:
         (verl's GSM8K and MATH rewards: 1.0; 0 otherwise): LENS calibrates it, the groups/*
         metrics count it. docs/algorithms.md §3.""",
     )
+    correctness_key: str | None = option(
+        None,
+        """The key of the reward's extra info (reward_extra_info, as verl's MATH reward's `acc`)
+        that holds each response's correctness (true or > 0: correct), for a score that is not
+        the correctness itself (null: the score is, see correctness_value). Read by the trainer
+        mode (trainer.v1.trainer_mode=groupwise). docs/algorithms.md §3.""",
+    )
     reward_min: float | None = option(
         None,
         """The score's lowest value, with reward_max: AMIR's margin is refused when no two

@@ -1,0 +1,232 @@
+"""groupwise's trainer mode for verl's v1 trainer (docs/guides/verl.md, "The trainer mode").
+
+    trainer.v1.trainer_mode=groupwise algorithm.adv_estimator=groupwise_NAME
+
+`GroupwiseTrainer` is verl's own `PPOTrainerSync` (colocated rollout, its checkpoints, its
+validation, its loggers) with three changes, in the order of verl's step:
+
+- before any worker starts, every groupwise option is checked (`check_config`: one line naming
+  the key);
+- `_compute_advantage` builds groupwise's group rewards from what verl's own method fetches
+  (uid, response mask, scores, old log-probs; the reward's correctness key where one is named)
+  and writes verl's advantages plus AMIR's per-row weights (`loss.COEFFICIENTS`, lambda folded
+  in) back to TransferQueue, and groupwise's metrics into verl's metrics dict;
+- with AMIR, the actor's loss is `loss.amir_ppo_loss` (verl's `ppo_loss` plus the AMIR term,
+  the same gradient for any micro-batch split), set through the worker's `set_loss_fn`, and
+  the adaptive lambda is updated on the driver after each actor update from verl's logged
+  `actor/pg_loss` and the batch's L_pref, saved with verl's checkpoints (`groupwise.json`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.protocol import DataProto
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.utils.padding import response_to_nested
+
+from groupwise.algorithms import ADVANTAGE_ESTIMATORS
+from groupwise.integrations.verl.advantages import algorithm_for
+from groupwise.integrations.verl.batch import batch_fields, observe_losses
+from groupwise.integrations.verl.loss import COEFFICIENTS, amir_ppo_loss
+from groupwise.integrations.verl.options import ESTIMATOR_PREFIX, read_options, verl_name
+
+TRAINER_MODE = "groupwise"
+"""verl's trainer.v1.trainer_mode of GroupwiseTrainer."""
+STATE_FILE = "groupwise.json"
+"""The file of groupwise's state (AMIR's lambda) in each verl checkpoint folder."""
+
+
+def check_config(config: Any) -> str:
+    """groupwise's estimator name of verl's full config, after every check the trainer mode
+    needs (each a one-line ValueError naming the key): a groupwise estimator, no KL in the reward
+    (it would change the scores the groups are built from), no distillation with AMIR, and every
+    `algorithm.groupwise.*` option (AlgorithmOptions.build at G = rollout.n)."""
+    estimator = str(config.algorithm.adv_estimator)
+    name = estimator.removeprefix(ESTIMATOR_PREFIX)
+    if not estimator.startswith(ESTIMATOR_PREFIX) or name not in ADVANTAGE_ESTIMATORS:
+        known = ", ".join(ESTIMATOR_PREFIX + key for key in sorted(ADVANTAGE_ESTIMATORS))
+        raise ValueError(
+            f"trainer.v1.trainer_mode={TRAINER_MODE} needs algorithm.adv_estimator=groupwise_NAME "
+            f"({known}); got {estimator}"
+        )
+    if config.algorithm.use_kl_in_reward:
+        raise ValueError(
+            f"algorithm.use_kl_in_reward=true: trainer.v1.trainer_mode={TRAINER_MODE} builds its "
+            "groups from the reward's own scores; use actor_rollout_ref.actor.use_kl_loss for a KL "
+            "term"
+        )
+    algorithm = algorithm_for(config.algorithm, name, int(config.actor_rollout_ref.rollout.n))[0]
+    distillation = config.get("distillation")
+    if algorithm.pair_settings is not None and distillation and distillation.get("enabled"):
+        raise ValueError(
+            f"{verl_name('amir')}=true with distillation.enabled=true: the AMIR loss is verl's "
+            "ppo_loss plus the AMIR term, not its distillation loss"
+        )
+    return name
+
+
+@register_trainer(TRAINER_MODE)
+class GroupwiseTrainer(PPOTrainerSync):
+    """verl's PPOTrainerSync with groupwise's advantages, AMIR loss and metrics (module
+    docstring)."""
+
+    def __init__(self, config: Any) -> None:
+        self.estimator = check_config(config)
+        super().__init__(config)
+        self.algorithm = algorithm_for(
+            config.algorithm, self.estimator, int(config.actor_rollout_ref.rollout.n)
+        )[0]
+        self.correctness_key = read_options(config.algorithm, self.estimator)[1].correctness_key
+        self._pref_loss: float | None = None
+        self._uid: np.ndarray | None = None
+
+    @property
+    def amir(self) -> bool:
+        """Whether AMIR-GRPO's term is on."""
+        return self.algorithm.pair_settings is not None
+
+    def _setup(self) -> None:
+        super()._setup()
+        if self.amir:
+            actor = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
+            self.actor_rollout_wg.set_loss_fn(partial(amir_ppo_loss, config=actor))
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs"]
+        if self.correctness_key is not None:
+            fields.append("extra_fields")
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        response_mask = data["response_mask"]
+        extra = data.pop("extra_fields").tolist() if self.correctness_key is not None else None
+        data = DataProto(batch=data.to_padded_tensor())
+        uid = np.array(data.batch.pop("uid").tolist(), dtype=object)
+
+        rollout_config = self.config.algorithm.get("rollout_correction", None)
+        correction = (
+            rollout_config is not None
+            and "rollout_log_probs" in data.batch
+            and not rollout_config.get("bypass_mode", False)
+        )
+        if correction:
+            data, correction_metrics = compute_rollout_correction_and_add_to_batch(
+                data, rollout_config
+            )
+            metrics.update(correction_metrics)
+
+        real = real_rows(batch)
+        scores = data.batch["rm_scores"]
+        mask = data.batch["response_mask"]
+        groupwise = batch_fields(
+            self.estimator,
+            scores[real],
+            mask[real],
+            uid[real.numpy()],
+            self.config.algorithm,
+            data.batch["old_log_probs"][real],
+            None if extra is None else correctness(extra, self.correctness_key, real),
+        )
+        metrics.update(groupwise.metrics)
+        self._pref_loss, self._uid = groupwise.pref_loss, uid[real.numpy()]
+
+        advantages = torch.zeros_like(scores)
+        advantages[real] = groupwise.advantages
+        output = {
+            "advantages": response_to_nested(advantages, response_mask),
+            "returns": response_to_nested(advantages, response_mask),
+        }
+        if groupwise.weights is not None:
+            weights = torch.zeros(len(batch), dtype=torch.float32)
+            weights[real] = groupwise.weights
+            output[COEFFICIENTS] = weights
+        if correction:
+            output["response_mask"] = response_to_nested(data.batch["response_mask"], response_mask)
+            if "rollout_is_weights" in data.batch:
+                output["rollout_is_weights"] = response_to_nested(
+                    data.batch["rollout_is_weights"], response_mask
+                )
+        return tq.kv_batch_put(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            fields=TensorDict(output, batch_size=len(batch)),
+        )
+
+    def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        batch = super()._update_actor(batch, metrics)
+        if self.amir and self._uid is not None:
+            observe_losses(
+                self.config.algorithm,
+                self.estimator,
+                self._uid,
+                float(metrics["actor/pg_loss"]),
+                self._pref_loss,
+            )
+        return batch
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        if self.amir:
+            folder = os.path.join(
+                self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
+            )
+            with open(os.path.join(folder, STATE_FILE), "w") as handle:
+                json.dump({"lambda_reg": self.algorithm.lambda_reg.state_dict()}, handle)
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()
+        if not self.amir or self.global_steps == 0:
+            return
+        folder = self.config.trainer.get("resume_from_path") or os.path.join(
+            self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
+        )
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{path} is missing: the checkpoint was not written by trainer_mode="
+                f"{TRAINER_MODE} with {verl_name('amir')}=true, so lambda_reg cannot be restored"
+            )
+        with open(path) as handle:
+            self.algorithm.lambda_reg.load_state_dict(json.load(handle)["lambda_reg"])
+
+
+def real_rows(batch: KVBatchMeta) -> torch.Tensor:
+    """[B] bool: the rows that are responses, not verl's padding rows (`is_padding` tags, added
+    by `upsample_batch_to_divisible_size`; they get advantage 0 and AMIR weight 0). Refuses
+    agent loops with several outputs per session, whose rows groupwise cannot group."""
+    for key in batch.keys:
+        if not key.endswith("_0"):
+            raise ValueError(
+                f"trainer.v1.trainer_mode={TRAINER_MODE} takes one output per session (single-"
+                f"turn rollouts); got the key {key} (verl's {{uid}}_{{session}}_{{index}})"
+            )
+    return torch.tensor([not tag.get("is_padding", False) for tag in batch.tags], dtype=torch.bool)
+
+
+def correctness(extra_fields: list[Any], key: str, real: torch.Tensor) -> torch.Tensor:
+    """[R] bool of the real rows: each response's reward_extra_info[key] (true or > 0 is
+    correct); a row without it is a one-line error naming algorithm.groupwise.correctness_key."""
+    values = []
+    for row, fields in enumerate(extra_fields):
+        if not bool(real[row]):
+            continue
+        info = (fields or {}).get("reward_extra_info") or {}
+        if key not in info:
+            raise ValueError(
+                f"{verl_name('correctness_key')}={key}: the reward's extra info of a response "
+                f"has no such key (it has {sorted(info)})"
+            )
+        values.append(float(info[key]) > 0)
+    return torch.tensor(values, dtype=torch.bool)

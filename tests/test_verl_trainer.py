@@ -1,0 +1,288 @@
+"""The trainer mode (groupwise.integrations.verl.trainer) on a real verl batch: verl's own config
+(Hydra), a real TransferQueue on a local Ray, the batch as verl's agent loop writes it (SmolLM2's
+tokenizer, verl's list_of_dict_to_tensordict, its padding rows), shuffled as balance_batch does."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+import ray
+import torch
+import transfer_queue as tq
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from transformers import AutoTokenizer
+from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+from verl.trainer.ppo.v1 import get_trainer_cls
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from groupwise import models
+from groupwise.algorithms import AlgorithmOptions, GroupRewards, RewardFacts
+from groupwise.integrations.verl.loss import COEFFICIENTS, amir_row_weights
+from groupwise.integrations.verl.trainer import GroupwiseTrainer
+
+# two prompts x G = 4; the second group has no correct answer (LENS gives it a gradient)
+ANSWERS = {
+    "q1": [("so 18 eggs. #### 18", 1.0), ("#### 20", 0.0), ("it is 18 #### 18", 1.0), ("7", 0.0)],
+    "q2": [("#### 3", 0.0), ("it is 5 #### 5", 0.0), ("#### 9", 0.0), ("2 + 2 #### 4", 0.0)],
+}
+G = 4
+PADDED_TO = 12  # verl pads the batch to a multiple of dp x mini-batch rows: 8 real + 4 padding
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield
+    tq.close()
+    ray.shutdown()
+
+
+def verl_config(*overrides: str):
+    import verl
+
+    folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        return compose(
+            config_name="ppo_trainer",
+            overrides=[
+                "trainer.v1.trainer_mode=groupwise",
+                f"actor_rollout_ref.rollout.n={G}",
+                "trainer.device=cpu",
+                "data.train_batch_size=2",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+                *overrides,
+            ],
+        )
+
+
+def put_batch(partition: str, with_extra: bool = True):
+    """The rows as verl's agent loop puts them (keys {uid}_{session}_0), shuffled, padded by verl,
+    with old_log_probs written as its _compute_old_log_prob does; returns the batch meta and the
+    per-row (uid, score, response_mask, old_log_probs) of the real rows in the batch's order."""
+    tokenizer = AutoTokenizer.from_pretrained(models._smollm2_tokenizer_dir())
+    prompt = tokenizer("Question: how many?", return_tensors="pt").input_ids[0]
+    generator = torch.Generator().manual_seed(0)
+    keys, fields, tags = [], [], []
+    for uid, answers in ANSWERS.items():
+        for session, (text, score) in enumerate(answers):
+            response = tokenizer(text, return_tensors="pt").input_ids[0]
+            rm_scores = torch.zeros(len(response))
+            rm_scores[-1] = score
+            keys.append(f"{uid}{partition}_{session}_0")
+            info = {"acc": score > 0} if with_extra else {}
+            fields.append(
+                {
+                    "uid": f"{uid}{partition}",
+                    "prompts": prompt,
+                    "responses": response,
+                    "input_ids": torch.cat([prompt, response]),
+                    "attention_mask": torch.ones(len(prompt) + len(response), dtype=torch.int64),
+                    "response_mask": torch.ones(len(response), dtype=torch.int64),
+                    "rm_scores": rm_scores,
+                    "extra_fields": {"reward_extra_info": info},
+                }
+            )
+            tags.append({"status": "success", "seq_len": len(prompt) + len(response)})
+    shuffled = list(range(len(keys)))
+    random.Random(1).shuffle(shuffled)
+    meta = tq.kv_batch_put(
+        keys=[keys[i] for i in shuffled],
+        partition_id=partition,
+        fields=list_of_dict_to_tensordict([fields[i] for i in shuffled]),
+        tags=[tags[i] for i in shuffled],
+    )
+    meta = upsample_batch_to_divisible_size(meta, PADDED_TO, tokenizer.eos_token_id)
+    masks = tq.kv_batch_get(keys=meta.keys, partition_id=partition, select_fields=["response_mask"])
+    old = [
+        -torch.rand(len(mask), generator=generator) * 3 for mask in masks["response_mask"].unbind()
+    ]
+    tq.kv_batch_put(
+        keys=meta.keys,
+        partition_id=partition,
+        fields=list_of_dict_to_tensordict([{"old_log_probs": row} for row in old]),
+    )
+    real = [fields[i] for i in shuffled]
+    return meta, real, old[: len(real)]
+
+
+def expected_targets(options: dict, real: list, old: list):
+    """groupwise's own Algorithm on the same rows, group-major: what groupwise's trainer computes
+    at verl's GRPO settings (the group's unbiased std, eps 1e-6)."""
+    order = sorted(range(len(real)), key=lambda i: (real[i]["uid"], i))
+    rewards = torch.tensor([float(real[i]["rm_scores"].sum()) for i in order])
+    mean_logp = torch.stack([old[i].mean() for i in order])
+    facts = RewardFacts([(0.0, 1.0)], [1.0], 1.0)
+    algorithm = AlgorithmOptions(**options).build(facts, G, scale="group", std="unbiased", eps=1e-6)
+    batch = GroupRewards(rewards, rewards == 1.0, G, correct_reward=1.0, mean_logp_old=mean_logp)
+    return algorithm.targets(batch), order, algorithm
+
+
+def run_compute_advantage(config, meta, partition: str):
+    trainer = get_trainer_cls("groupwise")(config)
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    fields = ["advantages", "response_mask"] + ([COEFFICIENTS] if trainer.amir else [])
+    data = tq.kv_batch_get(keys=out.keys, partition_id=partition, select_fields=fields)
+    return trainer, metrics, data
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "lens"])
+def test_compute_advantage_on_a_real_verl_batch_equals_groupwise_own_targets(
+    transfer_queue, estimator: str
+) -> None:
+    partition = f"adv-{estimator}"
+    meta, real, old = put_batch(partition)
+    config = verl_config(
+        f"algorithm.adv_estimator=groupwise_{estimator}",
+        "+algorithm.groupwise.amir=true",
+        "+algorithm.groupwise.margin=0.5",
+    )
+    trainer, metrics, data = run_compute_advantage(config, meta, partition)
+    assert isinstance(trainer, GroupwiseTrainer)
+    targets, order, algorithm = expected_targets(
+        {"advantage": estimator, "amir": True, "margin": 0.5}, real, old
+    )
+    advantages = [row for row in data["advantages"].unbind()]
+    for position, row in enumerate(order):
+        expected = targets.advantages[position]
+        assert torch.allclose(advantages[row], expected.expand_as(advantages[row]), atol=1e-6)
+    for padding in advantages[len(real) :]:
+        assert torch.all(padding == 0)
+    # AMIR: q1 pairs each of its 2 correct answers with each of its 2 wrong ones; q2 has none
+    assert metrics["groupwise/amir/pairs"] == 4.0
+    weights = data[COEFFICIENTS]
+    expected_weights = amir_row_weights(targets.coefficients, algorithm.lambda_reg.value)
+    for position, row in enumerate(order):
+        assert float(weights[row]) == pytest.approx(float(expected_weights[position]), abs=1e-7)
+    assert torch.all(weights[len(real) :] == 0)
+    assert all(float(weights[row]) != 0 for row in order[:G])  # q1's rows all sit in a pair
+    assert metrics["groupwise/groups/mixed"] == 0.5
+    assert metrics["groupwise/groups/all_wrong"] == 0.5
+    q2 = [advantages[row] for position, row in enumerate(order) if position >= G]
+    moved = any(bool(a.abs().sum() > 0) for a in q2)
+    assert moved == (estimator == "lens")
+    assert metrics["groupwise/groups/all_wrong_with_gradient"] == (0.5 if moved else 0.0)
+
+
+def test_correctness_from_the_reward_extra_info_key(transfer_queue) -> None:
+    partition = "adv-key"
+    meta, real, old = put_batch(partition)
+    # a score that is not the correctness: LENS reads the reward's `acc` instead
+    config = verl_config(
+        "algorithm.adv_estimator=groupwise_lens", "+algorithm.groupwise.correctness_key=acc"
+    )
+    _, metrics, data = run_compute_advantage(config, meta, partition)
+    targets, order, _ = expected_targets({"advantage": "lens"}, real, old)
+    advantages = data["advantages"].unbind()
+    for position, row in enumerate(order):
+        assert float(advantages[row][0]) == pytest.approx(float(targets.advantages[position]))
+    assert metrics["groupwise/groups/all_wrong_with_gradient"] == 0.5
+
+
+def test_a_missing_correctness_key_is_one_line(transfer_queue) -> None:
+    partition = "adv-nokey"
+    meta, _, _ = put_batch(partition, with_extra=False)
+    config = verl_config(
+        "algorithm.adv_estimator=groupwise_lens", "+algorithm.groupwise.correctness_key=acc"
+    )
+    with pytest.raises(ValueError, match=r"algorithm\.groupwise\.correctness_key=acc: .* no such"):
+        run_compute_advantage(config, meta, partition)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.adv_estimator=grpo"], r"needs algorithm\.adv_estimator=groupwise_NAME"),
+        (
+            ["algorithm.adv_estimator=groupwise_grpo", "+algorithm.groupwise.lens_alpha=-1"],
+            r"algorithm\.groupwise\.lens_alpha",
+        ),
+        (
+            [
+                "algorithm.adv_estimator=groupwise_grpo",
+                "+algorithm.groupwise.amir=true",
+                "+algorithm.groupwise.reward_min=0",
+                "+algorithm.groupwise.reward_max=1",
+            ],
+            r"algorithm\.groupwise\.margin",
+        ),
+        (
+            ["algorithm.adv_estimator=groupwise_grpo", "algorithm.use_kl_in_reward=true"],
+            r"algorithm\.use_kl_in_reward=true",
+        ),
+    ],
+)
+def test_a_bad_option_is_one_line_before_any_worker_starts(overrides, message) -> None:
+    config = verl_config(*overrides)
+    with pytest.raises(ValueError, match=message) as error:
+        get_trainer_cls("groupwise")(config)  # __init__ only: _setup starts the workers
+    assert "\n" not in str(error.value)
+
+
+def test_lambda_is_updated_on_the_driver_from_verl_logged_pg_loss(transfer_queue) -> None:
+    partition = "adv-lambda"
+    meta, _, _ = put_batch(partition)
+    config = verl_config(
+        "algorithm.adv_estimator=groupwise_grpo",
+        "+algorithm.groupwise.amir=true",
+        "+algorithm.groupwise.margin=0.5",
+        "+algorithm.groupwise.lambda_init=0.02",
+    )
+    trainer, metrics, _ = run_compute_advantage(config, meta, partition)
+    assert metrics["groupwise/amir/lambda"] == 0.02
+
+    class ActorGroup:  # the driver's handle on the actor workers: what update_actor returns
+        def update_actor(self, batch):
+            return {"metrics": {"pg_loss": [10.0, 10.0], "mfu": [0.0]}}
+
+    trainer.actor_rollout_wg = ActorGroup()
+    trainer.distillation_config = None
+    trainer._update_actor(meta, metrics)
+    # ratio = 0.02 * L_pref / 10 < 0.30: lambda grows by 1.25 (docs/algorithms.md §2)
+    assert metrics["actor/pg_loss"] == 10.0
+    assert trainer.algorithm.lambda_reg.value == pytest.approx(0.025)
+    assert np.isclose(metrics["groupwise/amir/preference_loss"], np.log(2), atol=0.2)
+
+
+def test_the_plugin_registers_the_trainer_mode_once_verl_v1_is_imported() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, verl; assert 'groupwise.integrations.verl.trainer' not in sys.modules; "
+        "from verl.trainer.ppo.v1 import get_trainer_cls; "
+        "print(get_trainer_cls('groupwise').__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "groupwise.integrations.verl.trainer"
+
+
+def test_a_trainer_mode_that_cannot_load_says_so_and_raises_the_cause() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['groupwise.integrations.verl.trainer'] = None\n"  # its import fails
+        "import verl\n"
+        "from verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "try:\n"
+        "    get_trainer_cls('groupwise')(None)\n"
+        "except RuntimeError as error:\n"
+        "    print('raised:', error)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "groupwise's verl trainer mode failed to load: ModuleNotFoundError" in run.stderr
+    assert (
+        "raised: trainer.v1.trainer_mode=groupwise: groupwise's verl trainer mode failed to "
+        "load: ModuleNotFoundError"
+    ) in run.stdout
