@@ -16,7 +16,8 @@ logs=$(mktemp -d)
 trap 'jobs -p | xargs -r kill 2>/dev/null; rm -rf "$logs"' EXIT
 verl_suite() {
     bash scripts/setup_verl.sh &&
-        .venv-verl/bin/python -m pytest -q tests/test_verl_*.py tests/test_checking.py "$@" &&
+        .venv-verl/bin/python -m pytest -q tests/test_verl_*.py tests/test_checking.py \
+            tests/test_models.py::test_smollm2_conversion_and_cache "$@" &&
         .venv-verl/bin/python -c 'import sys, verl; assert "groupwise.integrations.verl.plugin" in sys.modules, "verl did not load the groupwise plugin"' &&
         (cd .venv-verl/verl-src && ../bin/python -m pytest -q -p no:cacheprovider \
             tests/trainer/ppo/test_core_algos_on_cpu.py tests/trainer/ppo/test_loss_aggregation_on_cpu.py \

@@ -165,6 +165,18 @@ def _smollm2_gguf() -> Path:
     )
 
 
+def _gguf_token_ids(gguf: Path) -> dict[str, int]:
+    """The BOS and EOS token ids a GGUF file declares (tokenizer.ggml.{bos,eos}_token_id)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf).fields
+    ids = {}
+    for role in ("bos", "eos"):
+        field = fields[f"tokenizer.ggml.{role}_token_id"]
+        ids[role] = int(field.parts[field.data[0]][0])
+    return ids
+
+
 def _smollm2_tokenizer_dir() -> Path:
     """Folder holding SmolLM2's tokenizer, converted from the GGUF on first use (~5 s)."""
     model_dir = cache_dir() / _SMOLLM2_MODEL_DIR
@@ -174,6 +186,10 @@ def _smollm2_tokenizer_dir() -> Path:
     def write(folder: Path) -> None:
         gguf = _smollm2_gguf()
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # transformers < 5.16 (as beside verl 0.9.1) takes the GGUF's BOS <|im_start|> as its EOS
+        # too, so generation would not stop at <|im_end|>: both are read from the file itself.
+        for role, token_id in _gguf_token_ids(gguf).items():
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
         tokenizer.save_pretrained(folder)
 
     return _write_folder(cache_dir() / _SMOLLM2_TOKENIZER_DIR, write)
@@ -189,8 +205,10 @@ def _smollm2_model_dir() -> Path:
         packed = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # transformers refuses to save a model loaded through its GGUF quantizer even once
         # dequantised; a fresh model without the quantization config takes the same weights.
+        # (transformers < 5.16, as beside verl 0.9.1, sets no quantization config for a GGUF.)
         config = packed.config
-        del config.quantization_config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
         model = AutoModelForCausalLM.from_config(config)
         model.load_state_dict(packed.state_dict(), strict=True)
         model.generation_config = packed.generation_config
