@@ -16,6 +16,11 @@
 #                  fine-tuning and LoRA) against one plain process; the weights' largest
 #                  difference, lambda, each process's share of the parameters (limits 3 x 240 s;
 #                  ZeRO-3 only where deepspeed imports).
+#   verl        6. verl's v1 trainer with trainer.v1.trainer_mode=groupwise (groupwise's advantages,
+#                  AMIR loss and lambda, LENS): STEPS steps of AMIR-GRPO, then of LENS, on 64 GSM8K
+#                  questions x 8 with vLLM rollouts; groupwise's metrics per step (limits 2 x 420 s;
+#                  only where verl and vllm import: VERL_PYTHON names that environment, default
+#                  PYTHON). Not in the default STAGES (verl[vllm] pins its own torch): STAGES=verl.
 # Writes a summary to $OUT/gpu_check.md (OUT defaults to runs/gpu_check/out) and prints it.
 #
 # It runs on the machine's own torch (a GPU image's CUDA build), transformers, peft and
@@ -278,6 +283,62 @@ for launch, cases in (("fsdp2", ("full", "lora")), ("zero3", ("full",))):
               f"{run['share']:.2f} | {diff:.2e} | {run['lambda']:.5f} ({one['lambda']:.5f}) |")
 print()
 EOF
+}
+
+verl_run() {  # stage name, estimator, extra overrides...: a few verl steps of the trainer mode
+    local name="$1" estimator="$2"; shift 2
+    stage "$name" 420 "$VERL_PYTHON" -m verl.trainer.main_ppo \
+        trainer.v1.trainer_mode=groupwise algorithm.adv_estimator="groupwise_$estimator" "$@" \
+        reward.custom_reward_function.path=pkg://groupwise.integrations.verl.reward \
+        reward.custom_reward_function.name=compute_score \
+        data.train_files="$OUT/verl-data/train.parquet" data.val_files="$OUT/verl-data/test.parquet" \
+        data.train_batch_size=8 data.max_prompt_length=512 data.max_response_length="$TOKENS" \
+        actor_rollout_ref.model.path="$VERL_MODEL" actor_rollout_ref.rollout.name=vllm \
+        actor_rollout_ref.rollout.n=8 actor_rollout_ref.rollout.gpu_memory_utilization=0.4 \
+        actor_rollout_ref.actor.ppo_mini_batch_size=8 \
+        actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
+        actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 \
+        actor_rollout_ref.actor.use_kl_loss=false algorithm.use_kl_in_reward=false \
+        trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.logger=console \
+        trainer.val_before_train=false trainer.test_freq=-1 trainer.save_freq=-1 \
+        trainer.total_training_steps="$STEPS" trainer.default_local_dir="$OUT/$name" \
+        transfer_queue.backend.SimpleStorage.num_data_storage_units=1
+    "$PYTHON" - "$OUT/$name.log" "$name" >> "$SUMMARY" <<'EOF'
+import re, sys
+values = {}
+for line in open(sys.argv[1], errors="replace"):
+    for key, value in re.findall(r"((?:groupwise|actor)/[\w/@.]+):([-+\d.eE]+|nan)", line):
+        values.setdefault(key, []).append(value)
+keys = [k for k in sorted(values) if k.startswith("groupwise/") or k == "actor/pg_loss"]
+print(f"\n## verl trainer mode: {sys.argv[2]} (value at each step)\n")
+print("| metric | steps |")
+print("| --- | --- |")
+for key in keys:
+    print(f"| {key} | {' '.join(values[key])} |")
+print()
+EOF
+}
+
+stage_verl() {  # 6. verl's v1 trainer with trainer_mode=groupwise: AMIR-GRPO, then LENS, on GSM8K
+    VERL_PYTHON="${VERL_PYTHON:-$PYTHON}"
+    if ! "$VERL_PYTHON" -c "import verl, vllm" 2> /dev/null; then
+        echo "- verl: not run (verl and vllm do not both import in $VERL_PYTHON's environment;" \
+            "set VERL_PYTHON to one with groupwise[verl] and verl[vllm]==0.9.1)" >> "$SUMMARY"
+        return 0
+    fi
+    VERL_MODEL="$("$PYTHON" -c "
+from pathlib import Path
+import sys
+from groupwise import models
+name = sys.argv[1]
+print(name if Path(name).is_dir() else models._smollm2_model_dir())" "$MODEL")"
+    for split in train test; do
+        "$VERL_PYTHON" -m groupwise.integrations.verl.data gsm8k "$split" \
+            "$OUT/verl-data/$split.parquet" --prompt amir --data-dir "$GROUPWISE_DATA" --limit 64
+    done
+    verl_run verl_amir grpo +algorithm.groupwise.amir=true +algorithm.groupwise.margin=0.5 \
+        +algorithm.groupwise.reward_min=0 +algorithm.groupwise.reward_max=1
+    verl_run verl_lens lens +algorithm.groupwise.lens_alpha=0.25
 }
 
 for name in $STAGES; do
