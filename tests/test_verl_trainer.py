@@ -286,3 +286,45 @@ def test_a_trainer_mode_that_cannot_load_says_so_and_raises_the_cause() -> None:
         "raised: trainer.v1.trainer_mode=groupwise: groupwise's verl trainer mode failed to "
         "load: ModuleNotFoundError"
     ) in run.stdout
+
+
+def test_the_actor_loss_is_amir_ppo_loss_with_verl_actor_settings() -> None:
+    from test_verl_integration import micro_batch
+    from verl.workers.utils.losses import ppo_loss
+
+    from groupwise.integrations.verl.loss import amir_ppo_loss
+
+    config = verl_config(
+        "algorithm.adv_estimator=groupwise_grpo",
+        "+algorithm.groupwise.amir=true",
+        "+algorithm.groupwise.margin=0.5",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+        "actor_rollout_ref.actor.clip_ratio_high=0.28",
+    )
+    loss_fn = get_trainer_cls("groupwise")(config).actor_loss()
+    assert loss_fn.func is amir_ppo_loss
+    assert loss_fn.keywords["config"].loss_agg_mode == "seq-mean-token-mean"
+    assert loss_fn.keywords["config"].clip_ratio_high == 0.28
+
+    torch.manual_seed(0)
+    mask = torch.ones(4, 5)
+    old = -torch.rand(4, 5)
+    weights = torch.tensor([0.3, -0.3, 0.1, -0.1])
+    grads = []
+    for fn in (loss_fn, partial_ppo_loss(loss_fn, ppo_loss)):
+        theta = old.clone().requires_grad_(True)
+        data, output = micro_batch(
+            torch.arange(4), theta, old, mask, torch.tensor([1.0, -1, 1, -1]), weights, 3, 1, 4
+        )
+        loss, _ = fn(model_output=output, data=data)
+        loss.backward()
+        grads.append(theta.grad.clone())
+    # the AMIR term adds w_k / B * d l_k / d theta: w_k / (B |o_k|) on each of row k's tokens
+    expected = (weights / 4)[:, None] / mask.sum(dim=1, keepdim=True) * mask
+    assert torch.allclose(grads[0] - grads[1], expected, atol=1e-6)
+
+
+def partial_ppo_loss(amir_loss, ppo_loss):
+    """verl's own ppo_loss with the same ActorConfig as the trainer mode's AMIR loss."""
+    config = amir_loss.keywords["config"]
+    return lambda model_output, data: ppo_loss(config, model_output, data)

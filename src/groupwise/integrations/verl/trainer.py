@@ -100,8 +100,13 @@ class GroupwiseTrainer(PPOTrainerSync):
     def _setup(self) -> None:
         super()._setup()
         if self.amir:
-            actor = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
-            self.actor_rollout_wg.set_loss_fn(partial(amir_ppo_loss, config=actor))
+            self.actor_rollout_wg.set_loss_fn(self.actor_loss())
+
+    def actor_loss(self) -> partial:
+        """amir_ppo_loss bound to verl's ActorConfig of actor_rollout_ref.actor, as verl's worker
+        binds its own ppo_loss (its clip ratios, loss_agg_mode, KL loss settings hold)."""
+        actor = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
+        return partial(amir_ppo_loss, config=actor)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs"]
