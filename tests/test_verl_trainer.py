@@ -62,7 +62,7 @@ def verl_config(*overrides: str):
         )
 
 
-def put_batch(partition: str, with_extra: bool = True):
+def put_batch(partition: str, with_extra: bool = True, rollout: bool = False):
     """The rows as verl's agent loop puts them (keys {uid}_{session}_0), shuffled, padded by verl,
     with old_log_probs written as its _compute_old_log_prob does; returns the batch meta and the
     per-row (uid, score, response_mask, old_log_probs) of the real rows in the batch's order."""
@@ -89,6 +89,8 @@ def put_batch(partition: str, with_extra: bool = True):
                     "extra_fields": {"reward_extra_info": info},
                 }
             )
+            if rollout:  # as verl records them with rollout.calculate_log_probs
+                fields[-1]["rollout_log_probs"] = -torch.rand(len(response), generator=generator)
             tags.append({"status": "success", "seq_len": len(prompt) + len(response)})
     shuffled = list(range(len(keys)))
     random.Random(1).shuffle(shuffled)
@@ -328,3 +330,24 @@ def partial_ppo_loss(amir_loss, ppo_loss):
     """verl's own ppo_loss with the same ActorConfig as the trainer mode's AMIR loss."""
     config = amir_loss.keywords["config"]
     return lambda model_output, data: ppo_loss(config, model_output, data)
+
+
+def test_verl_rollout_correction_runs_as_in_verl(transfer_queue) -> None:
+    partition = "adv-is"
+    meta, real, old = put_batch(partition, rollout=True)
+    config = verl_config(
+        "algorithm.adv_estimator=groupwise_grpo",
+        "algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold=2.0",
+    )
+    trainer = get_trainer_cls("groupwise")(config)
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    data = tq.kv_batch_get(
+        keys=out.keys, partition_id=partition, select_fields=["rollout_is_weights"]
+    )
+    weights = data["rollout_is_weights"].unbind()
+    for row, fields in enumerate(real):
+        ratio = torch.exp(old[row] - fields["rollout_log_probs"]).clamp(max=2.0)
+        assert torch.allclose(weights[row], ratio, atol=1e-5)
+    assert any(key.startswith("rollout_corr/") for key in metrics)

@@ -120,18 +120,7 @@ class GroupwiseTrainer(PPOTrainerSync):
         data = DataProto(batch=data.to_padded_tensor())
         uid = np.array(data.batch.pop("uid").tolist(), dtype=object)
 
-        rollout_config = self.config.algorithm.get("rollout_correction", None)
-        correction = (
-            rollout_config is not None
-            and "rollout_log_probs" in data.batch
-            and not rollout_config.get("bypass_mode", False)
-        )
-        if correction:
-            data, correction_metrics = compute_rollout_correction_and_add_to_batch(
-                data, rollout_config
-            )
-            metrics.update(correction_metrics)
-
+        data, correction = self._rollout_correction(data, metrics)
         real = real_rows(batch)
         scores = data.batch["rm_scores"]
         mask = data.batch["response_mask"]
@@ -168,6 +157,22 @@ class GroupwiseTrainer(PPOTrainerSync):
             partition_id=batch.partition_id,
             fields=TensorDict(output, batch_size=len(batch)),
         )
+
+    def _rollout_correction(self, data: DataProto, metrics: dict) -> tuple[DataProto, bool]:
+        """verl's rollout correction (IS weights, rejection) where verl's own _compute_advantage
+        runs it: algorithm.rollout_correction set, rollout log-probs recorded, not bypass mode."""
+        rollout_config = self.config.algorithm.get("rollout_correction", None)
+        correction = (
+            rollout_config is not None
+            and "rollout_log_probs" in data.batch
+            and not rollout_config.get("bypass_mode", False)
+        )
+        if correction:
+            data, correction_metrics = compute_rollout_correction_and_add_to_batch(
+                data, rollout_config
+            )
+            metrics.update(correction_metrics)
+        return data, correction
 
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         batch = super()._update_actor(batch, metrics)
