@@ -3,14 +3,13 @@ function, read back by verl's own RLHFDataset and get_custom_reward_fn."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl_support import verl_config
 
 from groupwise import models
 from groupwise.data.benchmarks import load_benchmark
@@ -18,21 +17,6 @@ from groupwise.data.prompts import build_messages
 from groupwise.integrations.verl import data
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-
-
-def verl_config(*overrides: str):
-    import verl
-
-    folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-    with initialize_config_dir(config_dir=folder, version_base=None):
-        return compose(
-            config_name="ppo_trainer",
-            overrides=[
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
-                *overrides,
-            ],
-        )
 
 
 def test_a_benchmark_split_written_for_verl_is_what_verl_dataset_reads(tmp_path: Path) -> None:

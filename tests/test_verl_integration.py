@@ -66,26 +66,44 @@ def test_import_verl_loads_the_plugin_and_registers_every_groupwise_estimator() 
         assert f"groupwise_{name}" in ADV_ESTIMATOR_REGISTRY
 
 
-def test_a_plugin_that_cannot_load_says_so_and_its_estimators_raise_the_cause() -> None:
+@pytest.mark.parametrize(
+    ("blocked", "call", "what", "key"),
+    [
+        (
+            "groupwise.integrations.verl.advantages",
+            "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+            "get_adv_estimator_fn('groupwise_lens')(None, None)",
+            "plugin",
+            "algorithm.adv_estimator=groupwise_lens",
+        ),
+        (
+            "groupwise.integrations.verl.trainer",
+            "from verl.trainer.ppo.v1 import get_trainer_cls\nget_trainer_cls('groupwise')(None)",
+            "trainer mode",
+            "trainer.v1.trainer_mode=groupwise",
+        ),
+    ],
+)
+def test_a_plugin_that_cannot_load_says_so_and_what_it_registers_raises_the_cause(
+    blocked: str, call: str, what: str, key: str
+) -> None:
     # verl logs a failing plugin at debug level only; ours logs an error (shown with no logging
-    # set up) and registers estimators that raise the cause when a run asks for one
+    # set up) and registers estimators / the trainer mode that raise the cause when a run asks
     code = (
         "import sys\n"
-        "sys.modules['groupwise.integrations.verl.advantages'] = None\n"  # its import fails
+        f"sys.modules[{blocked!r}] = None\n"  # its import fails
         "import verl\n"
-        "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
         "try:\n"
-        "    get_adv_estimator_fn('groupwise_lens')(None, None)\n"
-        "except RuntimeError as error:\n"
+        + "".join(f"    {line}\n" for line in call.splitlines())
+        + "except RuntimeError as error:\n"
         "    print('raised:', error)\n"
     )
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
-    assert "groupwise's verl plugin failed to load: ModuleNotFoundError" in run.stderr
+    assert f"groupwise's verl {what} failed to load: ModuleNotFoundError" in run.stderr
     assert (
-        "raised: algorithm.adv_estimator=groupwise_lens: groupwise's verl plugin failed to "
-        "load: ModuleNotFoundError"
+        f"raised: {key}: groupwise's verl {what} failed to load: ModuleNotFoundError"
     ) in run.stdout
 
 
