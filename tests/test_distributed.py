@@ -51,7 +51,13 @@ OVERRIDES = [
     "algorithm.aggregation=dapo",
     "algorithm.scale_rewards=batch",
 ]
-TIMING = {"seconds_generation", "seconds_scoring", "seconds_training", "seconds_step"}
+TIMING = {
+    "seconds_generation",
+    "seconds_scoring",
+    "seconds_training",
+    "seconds_old_policy",
+    "seconds_step",
+}
 
 
 # A second layout: 2 PPO mini-batches of 2 questions (each process takes one question of each),

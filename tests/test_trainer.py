@@ -37,6 +37,7 @@ TIMING = {
     "seconds_generation",
     "seconds_scoring",
     "seconds_training",
+    "seconds_old_policy",
     "seconds_step",
     "tokens_per_second",
 }
@@ -152,6 +153,25 @@ def test_all_equal_group_gives_zero_gradient_under_grpo_but_not_lens(tmp_path: P
     # Negative groups: |A| <= alpha / G (docs/algorithms.md §3).
     samples = logged(tmp_path / "lens" / "rollouts.jsonl")[0]
     assert max(abs(a) for a in samples["advantages"]) <= 0.25 / 4 + 1e-6
+
+
+@pytest.mark.parametrize(
+    ("name", "pass_runs"),
+    [("grpo", False), ("lens", False), ("amir_plus_lens", True), ("amir", False)],
+)
+def test_the_old_policy_pass_is_timed_where_it_runs(
+    tmp_path: Path, name: str, pass_runs: bool
+) -> None:
+    """seconds_old_policy: the no-grad rollout-policy pass (LENS with AMIR needs every row's
+    logp_old before the first update; GRPO, AMIR alone and LENS alone take it from the first
+    update's own pass, train.step_targets), a part of seconds_training."""
+    trainer = make_trainer(tmp_path, *PATHS[name], "train.max_steps=1")
+    trainer.train()
+    record = logged(tmp_path / "metrics.jsonl")[0]
+    if pass_runs:
+        assert 0 < record["seconds_old_policy"] < record["seconds_training"]
+    else:
+        assert record["seconds_old_policy"] == 0.0
 
 
 def test_logged_pairs_equal_mine_pairs_on_logged_rewards(tmp_path: Path) -> None:

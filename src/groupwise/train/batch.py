@@ -63,12 +63,14 @@ class ScoredBatch:
 @dataclass(frozen=True)
 class Learned:
     """What the updates of a step computed: the whole batch's targets (advantages [B], reward
-    totals [B], AMIR pairs as whole-batch rows), each update's metrics, and the difference of
-    the trainer's rollout-policy log-probs to the sampler's (empty without sampler log-probs)."""
+    totals [B], AMIR pairs as whole-batch rows), each update's metrics, the difference of
+    the trainer's rollout-policy log-probs to the sampler's (empty without sampler log-probs),
+    and the seconds of the no-grad rollout-policy pass before the updates (0 where none ran)."""
 
     targets: GroupTargets
     updates: list[dict[str, float]]
     sampler: dict[str, float] = field(default_factory=dict)
+    seconds_old_policy: float = 0.0
 
 
 @dataclass

@@ -15,6 +15,7 @@ micro-batches of all processes feed AdaptiveLambda together, so lambda is the sa
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +130,8 @@ class Learner:
         mini-batch. step: the run's steps before this one. Returns the whole batch's targets and
         each update's metrics."""
         minibatches = self._minibatches(len(batch.rollouts))
-        state = StepState(step, batch, self._rollout_logprobs(batch.rollouts, minibatches))
+        old, seconds_old_policy = self._rollout_logprobs(batch.rollouts, minibatches)
+        state = StepState(step, batch, old)
         state.targets = self.targets.of_batch(state)
         if self.algorithm.pairless is not None:
             self.algorithm.pairless.observe(state.targets, self.settings.group_size)
@@ -138,7 +140,12 @@ class Learner:
             for m, rows in enumerate(minibatches):
                 plan = self._plan(state, rows, on_policy=epoch == m == 0, first_use=epoch == 0)
                 updates.append(self._update(state, plan))
-        return Learned(self.targets.of_step(state), updates, self._sampler_difference(state))
+        return Learned(
+            self.targets.of_step(state),
+            updates,
+            self._sampler_difference(state),
+            seconds_old_policy=seconds_old_policy,
+        )
 
     def _sampler_difference(self, state: StepState) -> dict[str, float]:
         """|logp_old - the sampler's log-prob| over the completion tokens (mean over every
@@ -156,15 +163,19 @@ class Learner:
             "sampling_logp_difference_max": found["max"],
         }
 
-    def _rollout_logprobs(self, rollouts: Rollouts, minibatches: list[slice]) -> RolloutLogprobs:
+    def _rollout_logprobs(
+        self, rollouts: Rollouts, minibatches: list[slice]
+    ) -> tuple[RolloutLogprobs, float]:
         """logp_old of the rows the targets need before their first training pass
-        (train.step_targets), from one no-grad pass."""
+        (train.step_targets), from one no-grad pass; and that pass's seconds (0 without one)."""
         old = RolloutLogprobs(len(rollouts), rollouts.completion_ids.shape[1])
+        upfront = self.targets.upfront(minibatches)
+        start = time.perf_counter()
         with torch.no_grad():
-            for minibatch in self.targets.upfront(minibatches):
+            for minibatch in upfront:
                 for rows in self._micro_batches(minibatch):
                     old.record(rows, self.passes.logprobs(rollouts, rows))
-        return old
+        return old, time.perf_counter() - start if upfront else 0.0
 
     def _plan(self, state: StepState, rows: slice, on_policy: bool, first_use: bool) -> UpdatePlan:
         """An update's place in the step, with its global row, token and pair counts."""

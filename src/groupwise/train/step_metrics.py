@@ -78,6 +78,9 @@ def step_metrics(
         "seconds_generation": t_generated - t_start,
         "seconds_scoring": t_scored - t_generated,
         "seconds_training": t_trained - t_scored,
+        # the no-grad rollout-policy pass inside seconds_training (0 where the first update's
+        # own pass gives logp_old: train.step_targets)
+        "seconds_old_policy": learned.seconds_old_policy,
         "seconds_step": t_trained - t_start,
         "tokens_per_second": tokens / max(t_trained - t_start, 1e-9),
     }
