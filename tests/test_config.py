@@ -362,3 +362,27 @@ def test_rollout_engine_auto_is_vllm_where_installed_and_one_process(
         raw = yaml.safe_load(preset.read_text())
         assert raw["rollout"]["engine"] == "auto", preset.name
         assert load_config(preset).rollout.engine == "transformers", preset.name
+
+
+@pytest.mark.parametrize(("value", "engine_args"), [("null", None), ("false", False)])
+def test_vllm_enforce_eager_reaches_the_engine_only_when_set(
+    monkeypatch, value: str, engine_args: bool | None
+) -> None:
+    from groupwise.rollout import vllm_generator
+    from groupwise.train.rollout_engine import build_generator
+
+    seen: dict[str, Any] = {}
+
+    class Recorder:  # VLLMGenerator's constructor, recorded instead of starting vLLM
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            seen.update(kwargs)
+
+    monkeypatch.setattr(vllm_generator, "VLLMGenerator", Recorder)
+    config = load_config(
+        "configs/quickstart_gsm8k.yaml",
+        ["rollout.engine=vllm", f"rollout.vllm_enforce_eager={value}"],
+    )
+    build_generator(config, None, None)
+    expected = None if engine_args is None else {"enforce_eager": engine_args}
+    assert seen["engine_args"] == expected
+    assert seen["memory"] == config.rollout.vllm_memory

@@ -225,6 +225,13 @@ class RolloutConfig:
         "in (0, 1)",
         lambda v: 0 < v < 1,
     )
+    vllm_enforce_eager: bool | None = option(
+        None,
+        """vllm only: vLLM's enforce_eager. null: vLLM's way here (eager on a CPU, where groupwise
+        sets it; compiled with CUDA graphs on a GPU); false compiles on a CPU too: faster
+        sampling after a longer start (2 cores, SmolLM2, 16 x 128 tokens: 430-480 against
+        320-360 tokens/s, 79 s against 9 s to build; bench/results/vllm_vs_trl.md).""",
+    )
 
 
 @dataclass

@@ -29,6 +29,11 @@ def build_generator(
             dtype=config.model.dtype if rollout.dtype == "auto" else rollout.dtype,
             seed=config.model.seed,
             memory=rollout.vllm_memory,
+            engine_args=(
+                None
+                if rollout.vllm_enforce_eager is None
+                else {"enforce_eager": rollout.vllm_enforce_eager}
+            ),
         )
     return TransformersGenerator(
         model,
