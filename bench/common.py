@@ -12,6 +12,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -156,3 +157,56 @@ def parse_with_threads(
     if args.threads:
         torch.set_num_threads(args.threads)
     return args
+
+
+def trl_grpo_settings(cfg: Any, output_dir: Path, steps: int) -> dict[str, Any]:
+    """TRL GRPOConfig keyword arguments for groupwise config `cfg`'s settings, as the benches
+    that pair the two trainers share them: one generation batch of questions_per_step x G rows
+    in one micro-batch, the rollout's sampling (no top-k), plain GRPO (loss "grpo", no KL, clip
+    eps_low, group-scaled advantages, one update per batch), groupwise's optimizer and cosine
+    schedule, no dropout, data in order, no saving or logging but TRL's own, no workers."""
+    opt = cfg.optim
+    return {
+        "output_dir": str(output_dir),
+        "max_steps": steps,
+        "per_device_train_batch_size": cfg.rollout.group_size * cfg.rollout.questions_per_step,
+        "gradient_accumulation_steps": 1,
+        "num_generations": cfg.rollout.group_size,
+        "max_completion_length": cfg.rollout.max_new_tokens,
+        "temperature": cfg.rollout.temperature,
+        "top_p": cfg.rollout.top_p,
+        "top_k": 0,
+        "loss_type": "grpo",
+        "beta": 0.0,
+        "epsilon": cfg.algorithm.eps_low,
+        "scale_rewards": "group",
+        "num_iterations": 1,
+        "learning_rate": opt.lr,
+        "lr_scheduler_type": "cosine",
+        "warmup_steps": opt.warmup_ratio,
+        "weight_decay": opt.weight_decay,
+        "adam_beta1": opt.beta1,
+        "adam_beta2": opt.beta2,
+        "max_grad_norm": opt.max_grad_norm,
+        "gradient_checkpointing": False,
+        "disable_dropout": True,
+        "shuffle_dataset": False,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "seed": cfg.train.seed,
+        "dataloader_num_workers": 0,
+    }
+
+
+def lora_config(cfg: Any) -> Any:
+    """peft's LoraConfig of groupwise config `cfg`'s LoRA settings (a causal LM)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.model.lora_r,
+        lora_alpha=cfg.model.lora_alpha,
+        lora_dropout=cfg.model.lora_dropout,
+        target_modules=cfg.model.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )

@@ -41,9 +41,11 @@ from common import (
     REPO,
     add_threads_argument,
     load_average,
+    lora_config,
     markdown_table,
     median,
     parse_with_threads,
+    trl_grpo_settings,
     write_results,
 )
 
@@ -76,7 +78,6 @@ def groupwise_trainer(overrides: list[str], steps: int, out: Path):
 def trl_trainer(gw, problems: list, bf16: bool, steps: int, out: Path, callback):
     """TRL's GRPOTrainer configured as the groupwise trainer `gw` (module docstring)."""
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
@@ -98,45 +99,11 @@ def trl_trainer(gw, problems: list, bf16: bool, steps: int, out: Path, callback)
         return gw.rewards.score(texts, list(answer)).total.tolist()
 
     args = GRPOConfig(
-        output_dir=str(out),
-        max_steps=steps,
-        per_device_train_batch_size=cfg.rollout.group_size * cfg.rollout.questions_per_step,
-        gradient_accumulation_steps=1,
-        num_generations=cfg.rollout.group_size,
-        max_completion_length=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p,
-        top_k=0,
-        loss_type="grpo",
-        beta=0.0,
-        epsilon=cfg.algorithm.eps_low,
-        scale_rewards="group",
-        num_iterations=1,
-        learning_rate=cfg.optim.lr,
-        lr_scheduler_type="cosine",
-        warmup_steps=cfg.optim.warmup_ratio,
-        weight_decay=cfg.optim.weight_decay,
-        adam_beta1=cfg.optim.beta1,
-        adam_beta2=cfg.optim.beta2,
-        max_grad_norm=cfg.optim.max_grad_norm,
+        **trl_grpo_settings(cfg, out, steps),
         bf16=bf16,
         use_cpu=not torch.cuda.is_available(),
-        gradient_checkpointing=False,
-        disable_dropout=True,
-        shuffle_dataset=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        seed=cfg.train.seed,
-        dataloader_num_workers=0,
     )
-    peft_config = LoraConfig(
-        r=cfg.model.lora_r,
-        lora_alpha=cfg.model.lora_alpha,
-        lora_dropout=cfg.model.lora_dropout,
-        target_modules=cfg.model.lora_target_modules,
-        task_type="CAUSAL_LM",
-    )
+    peft_config = lora_config(cfg)
     return GRPOTrainer(
         model=model,
         reward_funcs=rewards,

@@ -47,7 +47,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, load_average, markdown_table, median, write_results
+from common import (
+    REPO,
+    load_average,
+    lora_config,
+    markdown_table,
+    median,
+    trl_grpo_settings,
+    write_results,
+)
 
 SIDES = ("groupwise", "trl")
 VARIANTS: dict[str, tuple[list[str], dict[str, Any]]] = {
@@ -218,7 +226,6 @@ class _TRLTimer:
 def trl_worker(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from groupwise.data import load_benchmark
@@ -257,39 +264,10 @@ def trl_worker(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     folder = vllm_model_source(cfg.model.name, cfg.model.seed)
     tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    opt = cfg.optim
     config = GroupwiseGRPOConfig(
-        output_dir=str(out),
-        max_steps=args.steps,
-        per_device_train_batch_size=args.questions * args.group_size,
-        gradient_accumulation_steps=1,
-        num_generations=args.group_size,
-        max_completion_length=args.tokens,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        loss_type="grpo",
-        beta=0.0,
-        epsilon=cfg.algorithm.eps_low,
-        scale_rewards="group",
-        num_iterations=1,
-        learning_rate=opt.lr,
-        lr_scheduler_type="cosine",
-        warmup_steps=opt.warmup_ratio,
-        weight_decay=opt.weight_decay,
-        adam_beta1=opt.beta1,
-        adam_beta2=opt.beta2,
-        max_grad_norm=opt.max_grad_norm,
+        **trl_grpo_settings(cfg, out, args.steps),
         bf16=False,
         use_cpu=True,
-        gradient_checkpointing=False,
-        disable_dropout=True,
-        shuffle_dataset=False,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        seed=cfg.train.seed,
-        dataloader_num_workers=0,
         use_vllm=True,
         vllm_mode="colocate",
         vllm_gpu_memory_utilization=0.3,
@@ -302,13 +280,7 @@ def trl_worker(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=LoraConfig(
-            r=cfg.model.lora_r,
-            lora_alpha=cfg.model.lora_alpha,
-            lora_dropout=cfg.model.lora_dropout,
-            target_modules=cfg.model.lora_target_modules,
-            task_type="CAUSAL_LM",
-        ),
+        peft_config=lora_config(cfg),
         callbacks=[timer.callback()],
     )
     built = time.perf_counter()
