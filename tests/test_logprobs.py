@@ -38,6 +38,46 @@ def test_token_logprobs_matches_log_softmax(chunk_size):
     torch.testing.assert_close(grad, expected_grad)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_token_logprobs_temperature_and_gradient(dtype):
+    # log softmax(z / tau)[token]; d/dz = (onehot - softmax(z / tau)) * g / tau, written out
+    generator = torch.Generator().manual_seed(3)
+    tau = 0.7
+    logits = (torch.randn(2, 5, 13, generator=generator) * 3).to(dtype).requires_grad_()
+    tokens = torch.randint(0, 13, (2, 5), generator=generator)
+    out = token_logprobs(logits, tokens, chunk_size=3, temperature=tau)
+    scaled = logits.detach().float() / tau
+    torch.testing.assert_close(out, _reference(scaled, tokens))
+    weights = torch.randn(2, 5, generator=generator)
+    (grad,) = torch.autograd.grad((out * weights).sum(), logits)
+    onehot = torch.nn.functional.one_hot(tokens, 13).float()
+    expected = (onehot - torch.softmax(scaled, dim=-1)) * weights[..., None] / tau
+    assert grad.dtype == dtype
+    tolerance = {"atol": 1e-6, "rtol": 1e-5} if dtype == torch.float32 else {}
+    torch.testing.assert_close(grad, expected.to(dtype), **tolerance)
+    # the gradient of a log-prob sums to 0 over the vocabulary at every position
+    torch.testing.assert_close(grad.float().sum(-1), torch.zeros(2, 5), atol=1e-2, rtol=0)
+
+
+def test_token_logprobs_backward_allocates_one_gradient_buffer():
+    # float32 logits [2, 64, 1000] in chunks of 16 positions: the backward pass holds the
+    # gradient (512 kB) and no second full-size buffer (the autograd of gather minus logsumexp
+    # kept one zero-filled gradient per chunk)
+    logits = torch.randn(2, 64, 1000, requires_grad=True)
+    tokens = torch.randint(0, 1000, (2, 64))
+    out = token_logprobs(logits, tokens, chunk_size=16)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out.sum().backward()
+    full = 2 * 64 * 1000 * 4
+    # allocations as the allocating op records them (its callers repeat them, summed)
+    sizes = [
+        event.cpu_memory_usage
+        for event in prof.events()
+        if event.name in ("aten::empty", "aten::empty_strided") and event.cpu_memory_usage > 0
+    ]
+    assert max(sizes) == full and sum(size >= full for size in sizes) == 1
+
+
 def test_token_logprobs_low_precision_logits_give_float32():
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 5, 50, generator=generator).to(torch.bfloat16)
@@ -75,6 +115,8 @@ def test_token_logprobs_errors():
         token_logprobs(torch.zeros(2, 3, 5), torch.zeros(2, 3))
     with pytest.raises(ValueError, match="chunk_size must be an int >= 1"):
         token_logprobs(torch.zeros(2, 3, 5), torch.zeros(2, 3, dtype=torch.long), chunk_size=0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        token_logprobs(torch.zeros(2, 3, 5), torch.zeros(2, 3, dtype=torch.long), temperature=0)
 
 
 def test_sequence_mean_logp_hand_computed_and_gradient():

@@ -115,7 +115,7 @@ def completion_logprobs(
         )[:, :-1]
 
     if whole:
-        logp = token_logprobs(states / temperature, completion_ids)
+        logp = token_logprobs(states, completion_ids, temperature=temperature)
     else:
         chunk = max(1, max_logits_bytes // (batch * vocab * 4))
         head = _output_head(model, temperature)
@@ -309,6 +309,6 @@ def _output_head(model: torch.nn.Module, temperature: float):
         logits = lm_head(hidden)
         if softcap:
             logits = torch.tanh(logits / softcap) * softcap
-        return token_logprobs(logits / temperature, tokens)
+        return token_logprobs(logits, tokens, temperature=temperature)
 
     return head

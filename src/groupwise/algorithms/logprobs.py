@@ -12,24 +12,31 @@ from torch import Tensor
 from groupwise.algorithms.advantages import _as_bool
 
 
-def token_logprobs(logits: Tensor, tokens: Tensor, chunk_size: int = 512) -> Tensor:
-    """log softmax(logits)[token] for every position, without a full-vocabulary float32 copy.
+def token_logprobs(
+    logits: Tensor, tokens: Tensor, chunk_size: int = 128, temperature: float = 1.0
+) -> Tensor:
+    """log softmax(logits / temperature)[token] for every position, without a full-vocabulary
+    float32 copy in the forward pass and with one full-size buffer (the gradient) in the
+    backward pass.
 
     logits[b, t] must already be the scores that predict tokens[b, t] (the caller shifts the
-    causal-LM output by one and divides by the sampling temperature if it wants to).
+    causal-LM output by one).
 
     The [B*T] positions are processed in chunks of `chunk_size` rows: each chunk is cast to
-    float32, its logsumexp taken, and the token's logit gathered, so the forward pass holds
-    at most one chunk's float32 [chunk_size, V] copy at a time. (Autograd keeps what each
-    chunk's logsumexp needs for backward; with float32 logits that is a view, no copy.)
+    float32 and divided by the temperature, its logsumexp taken, and the token's logit
+    gathered, so the forward pass holds at most one chunk's float32 [chunk_size, V] copy at a
+    time and keeps only the logits (a reference, no copy) and the logsumexp per position for
+    backward. The backward pass writes d/dlogits = (onehot(token) - softmax) * grad / temperature
+    chunk by chunk into the one gradient tensor (docs/algorithms.md §1).
 
     Args:
         logits: [B, T, V] unnormalised scores, any float dtype.
         tokens: [B, T] integer token ids in [0, V).
         chunk_size: positions per chunk, >= 1.
+        temperature: > 0, the sampling temperature the log-probs are taken at.
 
     Returns:
-        [B, T] float32 log-probabilities (nats), differentiable w.r.t. logits.
+        [B, T] float32 log-probabilities (nats), differentiable w.r.t. logits (once).
     """
     if not isinstance(logits, Tensor) or logits.dim() != 3 or not logits.is_floating_point():
         raise ValueError("logits must be a float tensor [B, T, V]")
@@ -42,17 +49,62 @@ def token_logprobs(logits: Tensor, tokens: Tensor, chunk_size: int = 512) -> Ten
         raise ValueError(f"tokens must hold integer ids, got dtype {tokens.dtype}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
-    vocab = logits.shape[-1]
-    flat_logits = logits.reshape(-1, vocab)
-    flat_tokens = tokens.reshape(-1, 1).long()
-    pieces = []
-    for start in range(0, flat_logits.shape[0], chunk_size):
-        chunk = flat_logits[start : start + chunk_size].float()
-        picked = chunk.gather(1, flat_tokens[start : start + chunk_size]).squeeze(1)
-        pieces.append(picked - torch.logsumexp(chunk, dim=1))
-    if not pieces:
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if tokens.numel() == 0:
         return logits.new_zeros(tokens.shape, dtype=torch.float32)
-    return torch.cat(pieces).view(tokens.shape)
+    return _TokenLogprobs.apply(logits, tokens, chunk_size, 1.0 / temperature)
+
+
+class _TokenLogprobs(torch.autograd.Function):
+    """token_logprobs' forward and backward, chunked over positions.
+
+    Autograd of the plain expression (gather minus logsumexp, per chunk) would keep a zero-filled
+    full-size gradient per chunk (slice and gather backward) and sum them: on a 2048 x 49,152
+    logit block that is 1.6 GB of fills and as many additions for every backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, tokens: Tensor, chunk_size: int, scale: float) -> Tensor:
+        flat_logits = logits.reshape(-1, logits.shape[-1])
+        flat_tokens = tokens.reshape(-1, 1).long()
+        lse = torch.empty(flat_logits.shape[0], dtype=torch.float32, device=logits.device)
+        picked = torch.empty_like(lse)
+        for start in range(0, flat_logits.shape[0], chunk_size):
+            rows = slice(start, start + chunk_size)
+            chunk = _scaled(flat_logits[rows], scale)
+            lse[rows] = torch.logsumexp(chunk, dim=1)
+            picked[rows] = chunk.gather(1, flat_tokens[rows]).squeeze(1)
+        ctx.save_for_backward(logits, flat_tokens, lse)
+        ctx.chunk_size, ctx.scale = chunk_size, scale
+        return (picked - lse).view(tokens.shape)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        logits, flat_tokens, lse = ctx.saved_tensors
+        flat_logits = logits.reshape(-1, logits.shape[-1])
+        flat_grad = grad_out.reshape(-1, 1).float()
+        grad = torch.empty_like(flat_logits)
+        for start in range(0, flat_logits.shape[0], ctx.chunk_size):
+            rows = slice(start, start + ctx.chunk_size)
+            # softmax * (-g) + onehot * g, then the chain rule through the 1/temperature;
+            # float32 chunks are written in place (a fresh buffer per chunk costs page faults)
+            probs = grad[rows] if grad.dtype == torch.float32 else None
+            probs = torch.sub(_scaled(flat_logits[rows], ctx.scale), lse[rows, None], out=probs)
+            probs.exp_().mul_(flat_grad[rows].neg())
+            probs.scatter_add_(1, flat_tokens[rows], flat_grad[rows])
+            if ctx.scale != 1.0:
+                probs.mul_(ctx.scale)
+            if probs.dtype != grad.dtype:
+                grad[rows] = probs
+        return grad.view_as(logits), None, None, None
+
+
+def _scaled(chunk: Tensor, scale: float) -> Tensor:
+    """A chunk of logits as float32 times scale (a view when both are no-ops)."""
+    chunk = chunk.float()
+    return chunk * scale if scale != 1.0 else chunk
 
 
 def _masked_row_mean(values: Tensor, mask: Tensor) -> Tensor:

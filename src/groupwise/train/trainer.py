@@ -47,6 +47,7 @@ from groupwise.train.checkpoint import (
 from groupwise.train.config import Config, build_algorithm
 from groupwise.train.distributed import Distributed
 from groupwise.train.heldout import HeldoutEvaluation
+from groupwise.train.host_memory import keep_freed_memory
 from groupwise.train.learner import Learner, LearnSettings
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
 from groupwise.train.policy import Passes, load_trainable_policy
@@ -87,6 +88,8 @@ class Trainer:
             self._problems(), cfg.rollout.questions_per_step, cfg.train.seed, cfg.data.shuffle
         )
         self.device = torch.device(self.dist.device(cfg.model.device))
+        if self.device.type == "cpu":
+            keep_freed_memory()
         self.model, self.tokenizer = load_trainable_policy(cfg.model, str(self.device))
         self.generator = build_generator(cfg, self.model, self.tokenizer)
         self.rewards = RewardSuite(
