@@ -94,6 +94,7 @@ def overrides(args: argparse.Namespace, variant: str, out: Path) -> list[str]:
         "rollout.temperature=1.0",
         "rollout.top_p=1.0",
         "rollout.importance_correction=false",
+        f"rollout.vllm_enforce_eager={args.vllm_enforce_eager}",
         "reward.weights={binary: 1.0}",
         "reward.correctness_component=binary",
         "reward.checking=amir_official",
@@ -360,7 +361,7 @@ def run_once(args: argparse.Namespace, side: str, variant: str, scratch: Path) -
     return record
 
 
-FLAGS = ("steps", "warmup", "questions", "group-size", "tokens")
+FLAGS = ("steps", "warmup", "questions", "group-size", "tokens", "vllm-enforce-eager")
 MEDIANS = [
     "variant",
     "trainer",
@@ -476,6 +477,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--questions", type=int, default=2, help="GSM8K questions per step")
     parser.add_argument("--group-size", type=int, default=8, help="completions per question")
     parser.add_argument("--tokens", type=int, default=128, help="max new tokens")
+    parser.add_argument(
+        "--vllm-enforce-eager",
+        choices=["true", "false"],
+        default="true",
+        help="groupwise's rollout.vllm_enforce_eager (false: compiled, as TRL's engine runs)",
+    )
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=list(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -565,7 +572,8 @@ def write_tables(args: argparse.Namespace, runs: list[dict[str, Any]], load_befo
         "apart) over its step (target <= 1/3). "
         f"{args.questions} questions x {args.group_size} completions of <= {args.tokens} tokens, "
         f"{args.steps} steps per run ({args.warmup} warm-up), {args.repeats} run(s) per side and "
-        f"variant, runs alternating. TRL {_version('trl')}, vLLM {_version('vllm')}."
+        f"variant, runs alternating. TRL {_version('trl')}, vLLM {_version('vllm')}. "
+        f"groupwise's rollout.vllm_enforce_eager={getattr(args, 'vllm_enforce_eager', 'true')}."
     )
     write_results(
         "vllm_vs_trl",

@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 
+import groupwise.train.trainer as trainer_module
 from groupwise.algorithms import mine_pairs
 from groupwise.models import load_model, reference_policy
 from groupwise.records import iter_jsonl
@@ -172,6 +173,29 @@ def test_the_old_policy_pass_is_timed_where_it_runs(
         assert 0 < record["seconds_old_policy"] < record["seconds_training"]
     else:
         assert record["seconds_old_policy"] == 0.0
+
+
+def test_a_cpu_run_keeps_freed_host_memory(tmp_path: Path, monkeypatch) -> None:
+    """On a CPU the trainer sets glibc to keep freed blocks (docs/guides/train.md, "Host
+    memory"), once, before the policy is loaded."""
+    calls = []
+    monkeypatch.setattr(
+        "groupwise.train.trainer.keep_freed_memory", lambda: calls.append("set") or True
+    )
+    monkeypatch.setattr(
+        "groupwise.train.trainer.load_trainable_policy",
+        _recording(calls, "policy", trainer_module.load_trainable_policy),
+    )
+    make_trainer(tmp_path, "model.device=cpu").close()
+    assert calls == ["set", "policy"]
+
+
+def _recording(calls: list[str], name: str, function):
+    def wrapped(*args, **kwargs):
+        calls.append(name)
+        return function(*args, **kwargs)
+
+    return wrapped
 
 
 def test_logged_pairs_equal_mine_pairs_on_logged_rewards(tmp_path: Path) -> None:

@@ -361,6 +361,18 @@ CASES = {
         amir_lens_case,
         columns={"text_hash": REWARDS, "binary": [float(c) for c in CORRECT]},
     ),
+    # one micro-batch above: its training pass gives logp_old; two here: a no-grad pass does
+    "amir_plus_lens_two_micro_batches": Case(
+        [
+            "algorithm.advantage=lens",
+            "algorithm.amir=true",
+            "algorithm.margin=0.5",
+            "algorithm.lambda_measure=fixed",
+            "train.micro_batch_size=2",
+        ],
+        amir_lens_case,
+        columns={"text_hash": REWARDS, "binary": [float(c) for c in CORRECT]},
+    ),
     # (GSPO's own 3e-4 / 4e-4 would clip every sequence after one SGD step here: a wider
     # range keeps the second update's gradient non-zero, with some ratios clipped.)
     "gspo_two_iterations": Case(
@@ -461,6 +473,23 @@ def test_trainer_gradient_equals_the_direct_formula(tmp_path: Path, name: str) -
         assert abs(metrics[1]["ratio_mean"] - 1.0) > 1e-4
     if name == "gspo_two_iterations":
         assert 0 < metrics[1]["clip_fraction"] < 1  # the clip acts on some sequences only
+
+
+@pytest.mark.parametrize(
+    ("name", "decoder_calls", "old_policy_pass"),
+    # shared-prompt passes call the decoder twice (prompt, completions); two micro-batches
+    # add a no-grad pass over both before their two training passes
+    [("amir_plus_lens", 2, False), ("amir_plus_lens_two_micro_batches", 8, True)],
+)
+def test_one_micro_batch_takes_logp_old_from_its_training_pass(
+    tmp_path: Path, name: str, decoder_calls: int, old_policy_pass: bool
+) -> None:
+    trainer, batch, _, _ = fixed_batch_trainer(tmp_path, CASES[name])
+    calls = []
+    trainer.model.get_decoder().register_forward_pre_hook(lambda *_: calls.append(1))
+    learned = trainer.learn(batch)
+    assert len(calls) == decoder_calls
+    assert (learned.seconds_old_policy > 0) is old_policy_pass
 
 
 @pytest.mark.parametrize(

@@ -77,14 +77,24 @@ class Learned:
 class StepState:
     """What the updates of one step share: the run's steps before it, the scored batch, its rows'
     rollout-policy log-probs, the whole batch's targets (None where each micro-batch computes
-    its own: train.step_targets) and the targets each micro-batch of the step's first update
-    used."""
+    its own: train.step_targets), the targets each micro-batch of the step's first update
+    used, and a training pass run before the targets (rows, log-probs with their graph) that
+    the first loss over those rows takes (Learner._rollout_logprobs)."""
 
     step: int
     batch: ScoredBatch
     old: RolloutLogprobs
     targets: GroupTargets | None = None
     first_update: list[tuple[slice, GroupTargets]] = field(default_factory=list)
+    first_pass: tuple[slice, torch.Tensor] | None = None
+
+    def take_first_pass(self, rows: slice) -> torch.Tensor | None:
+        """The early training pass's log-probs [rows, T] if it covered exactly `rows` (once:
+        its graph is freed by the backward pass); None otherwise."""
+        if self.first_pass is None or self.first_pass[0] != rows:
+            return None
+        logp, self.first_pass = self.first_pass[1], None
+        return logp
 
 
 class RolloutLogprobs:

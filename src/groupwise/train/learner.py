@@ -130,8 +130,8 @@ class Learner:
         mini-batch. step: the run's steps before this one. Returns the whole batch's targets and
         each update's metrics."""
         minibatches = self._minibatches(len(batch.rollouts))
-        old, seconds_old_policy = self._rollout_logprobs(batch.rollouts, minibatches)
-        state = StepState(step, batch, old)
+        old, seconds_old_policy, first_pass = self._rollout_logprobs(batch.rollouts, minibatches)
+        state = StepState(step, batch, old, first_pass=first_pass)
         state.targets = self.targets.of_batch(state)
         if self.algorithm.pairless is not None:
             self.algorithm.pairless.observe(state.targets, self.settings.group_size)
@@ -165,17 +165,26 @@ class Learner:
 
     def _rollout_logprobs(
         self, rollouts: Rollouts, minibatches: list[slice]
-    ) -> tuple[RolloutLogprobs, float]:
+    ) -> tuple[RolloutLogprobs, float, tuple[slice, torch.Tensor] | None]:
         """logp_old of the rows the targets need before their first training pass
-        (train.step_targets), from one no-grad pass; and that pass's seconds (0 without one)."""
+        (train.step_targets), from one no-grad pass; that pass's seconds (0 without one); and
+        None, or, where the step is one update of one micro-batch, its training pass itself.
+
+        One update of one micro-batch (every row of this process): that pass runs at the
+        rollout policy, so it is run first, with gradient, gives logp_old, and its loss reuses
+        it (the no-grad pass, a third of an update, is not needed)."""
         old = RolloutLogprobs(len(rollouts), rollouts.completion_ids.shape[1])
         upfront = self.targets.upfront(minibatches)
+        if upfront and upfront == minibatches and self._micro_batches(upfront[0]) == upfront:
+            logp = self.passes.logprobs(rollouts, upfront[0])
+            old.record(upfront[0], logp)
+            return old, 0.0, (upfront[0], logp)
         start = time.perf_counter()
         with torch.no_grad():
             for minibatch in upfront:
                 for rows in self._micro_batches(minibatch):
                     old.record(rows, self.passes.logprobs(rollouts, rows))
-        return old, time.perf_counter() - start if upfront else 0.0
+        return old, time.perf_counter() - start if upfront else 0.0, None
 
     def _plan(self, state: StepState, rows: slice, on_policy: bool, first_use: bool) -> UpdatePlan:
         """An update's place in the step, with its global row, token and pair counts."""
@@ -215,7 +224,9 @@ class Learner:
         rollouts = state.batch.rollouts
         mask = rollouts.completion_mask[micro].bool().to(self.passes.device)
         ref_logp = self.passes.reference(rollouts, micro)
-        logp = self.passes.logprobs(rollouts, micro)
+        logp = state.take_first_pass(micro)
+        if logp is None:
+            logp = self.passes.logprobs(rollouts, micro)
         if plan.on_policy:
             state.old.record(micro, logp)
         mine = self.targets.of_micro(state, micro, ref_logp, pairs)

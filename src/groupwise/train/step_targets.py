@@ -13,6 +13,8 @@
 Rollout-policy log-probs (LENS's confidences, AMIR's l_old are their means): a row's come from
 its first forward pass under the rollout policy. `upfront` says which rows need one no-grad
 pass right after the rollout; every other row gets them from the step's first training pass.
+(Where `upfront` is the step's one update of one micro-batch, the learner runs that training
+pass first instead of a no-grad one: train.learner.)
 """
 
 from __future__ import annotations
