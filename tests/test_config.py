@@ -61,10 +61,12 @@ def test_paper_settings_of_amir_preset() -> None:
     assert (c.optim.weight_decay, c.optim.beta1, c.optim.beta2) == (0.1, 0.9, 0.99)
     assert (c.optim.max_grad_norm, c.optim.warmup_ratio, c.optim.schedule) == (0.1, 0.1, "cosine")
     # the official reward: correctness 2.0 / 0 read as the official code reads it, the
-    # line-anchored format, the integer reward for any number, tag count, calibration
+    # line-anchored format, the integer reward for any number, tag count, calibration, and the
+    # expression reward (+0.1 per correct "a OP b = c"), as groupwise.rewards.AMIR_GRPO_WEIGHTS
     assert c.reward.checking == "amir_official"
     assert c.reward.weights == {
         "correctness": 1.0,
+        "expression_official": 1.0,
         "format_official": 1.0,
         "integer_official": 1.0,
         "tag_count": 1.0,

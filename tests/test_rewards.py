@@ -31,6 +31,7 @@ from groupwise.rewards.components import (
     STRICT_FORMAT_OFFICIAL,
     calibration,
     calibration_official,
+    expression_official,
     integer_answer,
     integer_answer_official,
     matches_strict_format,
@@ -292,8 +293,11 @@ def test_official_amir_reward_on_the_prompt_format() -> None:
     assert columns["tag_count"] == pytest.approx([0.2, 0.2, 0.1, 0.2, 0.2])
     # calibration: 1 - (p - a)^2: 1 - 0.01; 1 - 0.81; p = 0.5 missing: 0.75; 1 - 0.09; 1 - 0.64
     assert columns["calibration_official"] == pytest.approx([0.99, 0.19, 0.75, 0.91, 0.36])
+    # expression: "9 * 2 = 18" in the first three (FULL's "16 - 3 - 4 = 9" is no binary claim:
+    # its "3 - 4 = 9" is wrong); DECIMAL and FRACTION state no "a OP b = c".
+    assert columns["expression_official"] == pytest.approx([0.1, 0.1, 0.1, 0.0, 0.0])
     assert scores.total.tolist() == pytest.approx(
-        [3.89, 0.0 + 0.5 + 0.2 + 0.2 + 0.19, 2.0 + 0.0 + 0.2 + 0.1 + 0.75, 3.81, 1.26]
+        [3.99, 0.1 + 0.5 + 0.2 + 0.2 + 0.19, 2.0 + 0.1 + 0.2 + 0.1 + 0.75, 3.81, 1.26]
     )
     assert [v.extracted for v in scores.verdicts] == ["18.0", "0.9", "18.0", "2.5", "0.8"]
 
@@ -389,6 +393,7 @@ def test_preset_constants() -> None:
     assert AMIR_GRPO_CHECKING == "amir_official" and LENS_CHECKING == "math_verify"
     assert set(AMIR_GRPO_WEIGHTS) == {
         "correctness",
+        "expression_official",
         "format_official",
         "integer_official",
         "tag_count",
@@ -457,11 +462,14 @@ def test_weighted_total_sums_as_the_official_code_so_pairs_at_the_margin_agree()
     from groupwise.algorithms import mine_pairs
     from groupwise.rewards.suite import weighted_total
 
-    official = ["calibration_official", "tag_count", "format_official", "integer_official"]
-    official.append("correctness")
-    rows = [[1 - 0.2**2, 0.175 - 0.005, 0.0, 0.2, 2.0], [1 - 0.2**2, 0.175 - 0.005, 0.0, 0.2, 0.0]]
+    official = ["calibration_official", "expression_official", "tag_count", "format_official"]
+    official += ["integer_official", "correctness"]
+    rows = [
+        [1 - 0.2**2, 0.0, 0.175 - 0.005, 0.0, 0.2, 2.0],
+        [1 - 0.2**2, 0.0, 0.175 - 0.005, 0.0, 0.2, 0.0],
+    ]
     stacked = torch.tensor(rows, dtype=torch.float32)
-    trl = (stacked * torch.ones(5, dtype=torch.float32).unsqueeze(0)).nansum(dim=1)
+    trl = (stacked * torch.ones(6, dtype=torch.float32).unsqueeze(0)).nansum(dim=1)
     columns = {name: stacked[:, i] for i, name in enumerate(official)}
     weights = dict.fromkeys(suite_module.AMIR_GRPO_WEIGHTS, 1.0)  # correctness first
     total = weighted_total(columns, weights)
@@ -479,5 +487,61 @@ def test_weighted_total_sums_as_the_official_code_so_pairs_at_the_margin_agree()
     assert chosen.numel() == 1
     # weights scale the columns before the sum, as TRL's reward_weights
     scaled = weighted_total(columns, {**weights, "tag_count": 0.5})
-    expected = (stacked * torch.tensor([1, 0.5, 1, 1, 1]).unsqueeze(0)).nansum(dim=1)
+    expected = (stacked * torch.tensor([1, 1, 0.5, 1, 1, 1]).unsqueeze(0)).nansum(dim=1)
     assert torch.equal(scaled, expected)
+
+
+# expression_correctness_reward_func (AMIR-GRPO Train/rewards.py), by hand: +0.1 per claim
+# "a OP b = c" whose a OP b is within 1e-6 of c, added one 0.1 at a time.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("no arithmetic here, the answer is 18", 0.0),
+        ("16 - 3 = 13", 0.1),
+        ("16 - 3 = 12", 0.0),  # a wrong claim earns nothing, and costs nothing
+        ("16-3=13 and 13 * 2 = 26 and 26 + 4 = 30", 0.1 + 0.1 + 0.1),  # 0.30000000000000004
+        ("12 + 3 = 15, then 15 / 3 = 4", 0.1),  # one right, one wrong
+        ("7 / 2 = 3.5", 0.1),
+        ("1 / 3 = 0.333", 0.0),  # 1/3 is not within 1e-6 of 0.333
+        ("5 / 0 = 0", 0.0),  # division by zero: _safe_compute gives None
+        ("12.5 + 3.5 = 16.0", 0.1),
+        ("2 * 3 = 6.0000001", 0.1),  # within 1e-6
+        ("9  *\n 2   =   18", 0.1),  # any whitespace, newlines included, around OP and =
+        ("16 \u2212 3 = 13", 0.0),  # Unicode minus: not one of the ASCII operators
+        ("5 x 3 = 15, 5 \u00d7 3 = 15", 0.0),  # letter x and the times sign: no operator
+        ("-5 + 3 = -2", 0.0),  # no sign on c: the claim does not match
+        ("1,000 + 2 = 1,002", 0.0),  # read from "000 + 2 = 1": 2 is not 1
+        ("2 + 3 = 5 + 1 = 6", 0.1),  # one binary claim, then " + 1 = 6" has no left side
+        ("<think> 9 * 2 = 18 </think> <answer> 18 </answer>", 0.1),
+    ],
+)
+def test_expression_official_by_hand(text: str, expected: float) -> None:
+    assert expression_official(text, RIGHT) == expected
+    assert expression_official(text, WRONG) == expected  # the verdict plays no part
+
+
+def test_expression_official_sums_as_the_official_loop() -> None:
+    three = "1 + 1 = 2; 2 + 2 = 4; 4 + 4 = 8"
+    assert expression_official(three, RIGHT) == 0.30000000000000004  # 0.1 + 0.1 + 0.1
+    assert COMPONENTS["expression_official"].bounds == (0.0, float("inf"))
+
+
+_OFFICIAL_CLAIM = r"(\d+(?:\.\d+)?\s*[+\-*/]\s*\d+(?:\.\d+)?)\s*=\s*(\d+(?:\.\d+)?)"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789.+-*/= ,x\n", max_size=40))
+def test_expression_claims_are_the_official_regex_matches(text: str) -> None:
+    """Our linear-time pattern finds exactly the official `_EXPR_CLAIM_PATTERN`'s claims."""
+    import re
+
+    from groupwise.rewards.official import _EXPRESSION_CLAIM
+
+    assert _EXPRESSION_CLAIM.findall(text) == re.findall(_OFFICIAL_CLAIM, text)
+
+
+def test_a_zero_weight_unbounded_part_leaves_the_reward_gap_finite() -> None:
+    from groupwise.algorithms.targets import largest_reward_gap
+
+    assert largest_reward_gap([(0.0, 2.0), (0.0, float("inf"))], [1.0, 0.0]) == 2.0
+    assert largest_reward_gap([(0.0, 2.0), (0.0, float("inf"))], [1.0, 1.0]) == float("inf")

@@ -171,10 +171,13 @@ def largest_reward_gap(
     ranges: list[tuple[float, float] | None], weights: list[float]
 ) -> float | None:
     """The largest difference two completions' weighted reward totals can have: the sum of
-    |weight| x (max - min) over the reward's parts; None when some part's range is unknown."""
+    |weight| x (max - min) over the reward's parts with a non-zero weight (inf for a part
+    unbounded above); None when some part's range is unknown."""
     if any(r is None for r in ranges):
         return None
-    return sum(abs(w) * (high - low) for (low, high), w in zip(ranges, weights, strict=True))
+    return sum(
+        abs(w) * (high - low) for (low, high), w in zip(ranges, weights, strict=True) if w != 0
+    )
 
 
 def unreachable_margin(

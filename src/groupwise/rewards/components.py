@@ -31,12 +31,16 @@ alternatives:
   `<confidence>` block holding a bare number, clipped to [0, 1], else 0.5 (`brier_score`,
   `extract_confidence`).
 - "calibration" (ours): the same with p = `parse_confidence` ("85%", "0.8 (sure)" read too).
+- "expression_official": +0.1 for each correct arithmetic claim "a OP b = c" in the completion
+  (`expression_correctness_reward_func`; `groupwise.rewards.official.official_expression_reward`).
+  Unbounded above: its bounds are (0, inf), so no margin is refused for being out of reach.
 
 Register more with `@register_component("name")`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +49,7 @@ from groupwise.rewards.checking import Verdict
 from groupwise.rewards.official import (
     official_answer_block,
     official_confidence,
+    official_expression_reward,
     official_numeric_answer,
 )
 
@@ -285,6 +290,12 @@ def calibration_official(completion: str, verdict: Verdict) -> float:
     """Brier complement 1 - (p - a)^2 with p the official reading of the confidence
     (`brier_score` with `extract_confidence`; 0.5 if missing or not a bare number)."""
     return _brier(official_confidence(completion), verdict)
+
+
+@register_component("expression_official", bounds=(0.0, math.inf))
+def expression_official(completion: str, verdict: Verdict) -> float:
+    """0.1 per correct "a OP b = c" claim (official `expression_correctness_reward_func`)."""
+    return official_expression_reward(completion)
 
 
 def _brier(p: float, verdict: Verdict) -> float:

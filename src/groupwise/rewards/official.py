@@ -5,7 +5,8 @@ Source: github.com/AmirHosseinYari2002/AMIR-GRPO (arXiv 2601.03661, on TRL 0.23)
 - `Data/data.py`: `_NUMBER_RE`, `_BOXED_RE`, `_clean_to_float`, `extract_numeric_answer`,
   `extract_xml_answer`;
 - `Train/rewards.py`: `correctness_reward_func` (tolerance 1e-3), `int_reward_func`,
-  `_STRICT_XML_WITH_CALIB_PATTERN`, `extract_confidence`;
+  `_STRICT_XML_WITH_CALIB_PATTERN`, `extract_confidence`, `expression_correctness_reward_func`
+  (`_EXPR_CLAIM_PATTERN`, `_safe_compute`);
 - `Data/math_grader.py`: `answer_tag_reward_fn_for_orz` and `last_boxed_only_string` /
   `remove_boxed` (the evaluation grader's reading of the answer).
 
@@ -16,6 +17,7 @@ Pure string functions with linear-time regexes; the checking modes that use them
 from __future__ import annotations
 
 import math
+import operator
 import re
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "official_confidence",
     "official_correct",
     "official_eval_answer",
+    "official_expression_reward",
     "official_gold_value",
     "official_numeric_answer",
 ]
@@ -46,6 +49,19 @@ _BOXED = re.compile(r"\\boxed\s*\{\s*([^{}]+?)\s*\}", re.DOTALL)
 _ANSWER_BLOCK = re.compile(r"<answer>\s*([\s\S]*?)\s*</answer>", re.IGNORECASE)
 # `extract_confidence`: the first closed block holding only a bare non-negative number.
 _CONFIDENCE = re.compile(r"<confidence>\s*([0-9]*\.?[0-9]+)\s*</confidence>")
+# `_EXPR_CLAIM_PATTERN`: "a OP b = c", unsigned decimals, one ASCII operator (+ - * /). The
+# lookbehind is ours and changes no match: a claim never ends inside a run of digits (its last
+# number is greedy), so a start inside a run is tried only after the run's first digit failed,
+# and then fails too; without it a long run of digits costs quadratic time.
+_EXPRESSION_CLAIM = re.compile(
+    r"(?<!\d)(\d+(?:\.\d+)?\s*[+\-*/]\s*\d+(?:\.\d+)?)\s*=\s*(\d+(?:\.\d+)?)"
+)
+_OPERATORS = (
+    ("+", operator.add),
+    ("-", operator.sub),
+    ("*", operator.mul),
+    ("/", operator.truediv),
+)
 
 
 def _to_float(number: str) -> float | None:
@@ -119,6 +135,34 @@ def official_confidence(completion: str) -> float:
     ("0.8", ".8"; not "85%", "0.8 (sure)" or "-0.2"), clipped to [0, 1]; 0.5 when none."""
     match = _CONFIDENCE.search(completion)
     return 0.5 if match is None else max(0.0, min(float(match.group(1)), 1.0))
+
+
+def _safe_compute(expression: str) -> float | None:
+    """`_safe_compute`: `a OP b` split at the first operator found in the order + - * /, both
+    sides read as `official_gold_value` reads a number; None on a division by zero or an
+    unreadable side (inf and nan pass through, as in float arithmetic)."""
+    for symbol, apply in _OPERATORS:
+        if symbol in expression:
+            left, right = expression.split(symbol, 1)
+            a, b = official_gold_value(left), official_gold_value(right)
+            if a is None or b is None or (symbol == "/" and b == 0):
+                return None
+            return apply(a, b)
+    return None
+
+
+def official_expression_reward(completion: str) -> float:
+    """`expression_correctness_reward_func`: +0.1 for each claim "a OP b = c" in `completion`
+    whose computed a OP b is within 1e-6 of c, summed one 0.1 at a time as the official loop
+    does (three correct claims give 0.30000000000000004). Claims are unsigned decimals with an
+    ASCII operator: "5 \u2212 3 = 2", "5 x 3 = 15", "-5 + 3 = -2" and "1,000 + 2 = 1,002" (read
+    from "000") earn nothing; "7 / 2 = 3.5" earns 0.1, "1 / 3 = 0.333" and "5 / 0 = 0" nothing."""
+    reward = 0.0
+    for expression, claimed in _EXPRESSION_CLAIM.findall(completion):
+        computed = _safe_compute(expression)
+        if computed is not None and abs(computed - float(claimed)) < 1e-6:
+            reward += 0.1
+    return reward
 
 
 def _last_box_content(text: str) -> str | None:

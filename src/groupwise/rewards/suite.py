@@ -34,13 +34,16 @@ __all__ = [
 
 AMIR_GRPO_WEIGHTS: dict[str, float] = {
     "correctness": 1.0,
+    "expression_official": 1.0,
     "format_official": 1.0,
     "integer_official": 1.0,
     "tag_count": 1.0,
     "calibration_official": 1.0,
 }
-"""The AMIR-GRPO official reward: the five official components summed with weight 1; with
-checking mode `AMIR_GRPO_CHECKING` it is the official code's reward (docs/algorithms.md §2)."""
+"""The AMIR-GRPO official reward: the six functions of the official code's calibrated
+`reward_funcs` summed with weight 1 (the paper names three: correctness, format, calibration);
+with checking mode `AMIR_GRPO_CHECKING` it is the official code's reward (docs/algorithms.md,
+"Rewards of AMIR-GRPO")."""
 
 AMIR_GRPO_CHECKING = "amir_official"
 """The checking mode of the AMIR-GRPO official correctness (last box, else last number)."""
@@ -66,6 +69,7 @@ LENS_CHECKING = "math_verify"
 SUM_ORDER = (
     "calibration_official",
     "calibration",
+    "expression_official",
     "tag_count",
     "format_official",
     "format",
@@ -75,9 +79,8 @@ SUM_ORDER = (
 )
 """The order in which the weighted total adds its columns: the AMIR-GRPO official code's
 `reward_funcs` order (brier_score, expression_correctness_reward_func, xmlcount_reward_func,
-strict_format_reward_func_with_calib, int_reward_func, correctness_reward_func; groupwise has
-no expression component), each lenient variant beside its official one, then any other
-component in the order of the weights."""
+strict_format_reward_func_with_calib, int_reward_func, correctness_reward_func), each lenient
+variant beside its official one, then any other component in the order of the weights."""
 
 
 def weighted_total(

@@ -239,8 +239,9 @@ class RewardConfig:
     """The reward: a weighted sum of named components (docs/algorithms.md §2 and §3)."""
 
     weights: dict[str, float] = option(
-        doc="""Component name -> weight; the AMIR-GRPO official code sums these five with weight 1;
-        LENS uses {binary: 1.0}.""",
+        doc="""Component name -> weight; the default is groupwise's lenient variant of the AMIR-GRPO
+        reward, the official one is groupwise.rewards.AMIR_GRPO_WEIGHTS (six components, weight
+        1); LENS uses {binary: 1.0}.""",
         factory=lambda: {
             "correctness": 1.0,
             "format": 1.0,
