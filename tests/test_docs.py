@@ -3,16 +3,14 @@ a page and a heading that exist, none of the former spec files (outside the repo
 cited, every relative link in the Markdown points to a file (and heading) that exists, the
 README stays under 16,000 bytes, every ```python block of the README and the guides runs as
 written (offline: hub models replaced by the tiny-random stand-in) and every ```yaml block
-loads as a training config; scripts/convert_citations.py rewrites old citations canonically."""
+loads as a training config."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -22,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ("src", "tests", "bench", "scripts", "configs")
 SOURCE_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".toml"}
 # They are about citations: their examples are not citations.
-NOT_SCANNED = {"scripts/convert_citations.py", "tests/test_docs.py"}
+NOT_SCANNED = {"tests/test_docs.py"}
 MARKDOWN = [
     ROOT / "README.md",
     ROOT / "CONTRIBUTING.md",
@@ -120,8 +118,9 @@ def test_no_citation_of_the_former_spec_files_remains() -> None:
         for m in OLD_CITATION.finditer(text)
     ]
     assert not found, (
-        "REFERENCE.md / DESIGN.md are not in the repository; cite docs/algorithms.md §N or "
-        'docs/design.md, "Heading" (python scripts/convert_citations.py):\n' + "\n".join(found)
+        "REFERENCE.md / DESIGN.md are not in the repository; cite the repository's docs in the "
+        'canonical form: docs/algorithms.md §2 (a heading starting "2."), or docs/algorithms.md, '
+        '"Rewards of AMIR-GRPO" (a heading with that text):\n' + "\n".join(found)
     )
 
 
@@ -294,107 +293,3 @@ def test_yaml_block_loads_as_a_training_config(config: str, tmp_path: Path) -> N
     path = tmp_path / "config.yaml"
     path.write_text(config, encoding="utf-8")
     load_config(path)  # raises ConfigError naming the key
-
-
-# ---------------------------------------------------------------------------------------------
-# scripts/convert_citations.py
-
-
-def converter() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "convert_citations", ROOT / "scripts" / "convert_citations.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CONVERSIONS = [
-    ("(REFERENCE.md 2)", "(docs/algorithms.md §2)"),
-    ("REFERENCE.md section 3.", "docs/algorithms.md §3."),
-    ("(REFERENCE.md s. 1)", "(docs/algorithms.md §1)"),
-    ("(REFERENCE.md 1-3)", "(docs/algorithms.md §1-3)"),
-    ("(REFERENCE.md sections 1-3)", "(docs/algorithms.md §1-3)"),
-    ("(REFERENCE.md sections 1 and 3)", "(docs/algorithms.md §1 and §3)"),
-    ("(REFERENCE.md 1, 3)", "(docs/algorithms.md §1 and §3)"),
-    (
-        "REFERENCE.md 1 (loss, KL) and 2 (the term)",
-        "docs/algorithms.md §1 (loss, KL) and §2 (the term)",
-    ),
-    ("REFERENCE.md 2.5 is", "docs/algorithms.md 2.5 is"),
-    ('REFERENCE.md, "Analyses of AMIR-GRPO";', 'docs/algorithms.md, "Analyses of AMIR-GRPO";'),
-    ('REFERENCE.md "Evaluation of AMIR-GRPO":', 'docs/algorithms.md, "Evaluation of AMIR-GRPO":'),
-    (
-        'REFERENCE.md 2, "correctness";',
-        'docs/algorithms.md §2, "Rewards of AMIR-GRPO", correctness;',
-    ),
-    ('REFERENCE.md 3 and "together"', 'docs/algorithms.md §3 and "AMIR-GRPO + LENS together"'),
-    ('REFERENCE.md 2, "a quote"', 'docs/algorithms.md §2, "a quote"'),
-    ("see REFERENCE.md).", "see docs/algorithms.md)."),
-    (
-        '(DESIGN.md, "One algorithm core, several engines")',
-        '(docs/design.md, "One algorithm core, several engines")',
-    ),
-    ("(DESIGN.md)", "(docs/design.md)"),
-    ('(README, "A run folder", lists)', '(docs/guides/train.md, "A run folder", lists)'),
-    (
-        'README, "Install into your training environment"',
-        'README, "Install into your training environment"',
-    ),
-    ("../shared/REFERENCE.md", "../shared/REFERENCE.md"),
-    (
-        '# (REFERENCE.md, "Analyses of\n# AMIR-GRPO")',
-        '# (docs/algorithms.md, "Analyses of\n# AMIR-GRPO")',
-    ),
-    ("# (REFERENCE.md\n#   1-3)", "# (docs/algorithms.md\n#   §1-3)"),
-]
-
-
-@pytest.mark.parametrize(("old", "new"), CONVERSIONS)
-def test_converter_writes_the_canonical_form_and_is_idempotent(old: str, new: str) -> None:
-    convert = converter().convert
-    assert convert(old) == new
-    assert convert(new) == new
-
-
-def _line(head: str, tail: str, width: int = 98) -> str:
-    """head + filler words + tail, `width` characters long."""
-    filler = "x" * (width - len(head) - len(tail) - 2)
-    return f"{head} {filler} {tail}"
-
-
-def test_converter_reflows_comment_and_docstring_lines_it_lengthens(tmp_path: Path) -> None:
-    source = "\n".join(
-        [
-            "def f() -> int:",
-            _line('    """Summary', "(REFERENCE.md 1-3)."),
-            "",
-            _line("    A paragraph", "(REFERENCE.md 2) and"),
-            "    its next line.",
-            '    """',
-            _line("    # a comment", "that cites REFERENCE.md 3"),
-            "    return 1",
-            "",
-        ]
-    )
-    path = tmp_path / "module.py"
-    path.write_text(source, encoding="utf-8")
-    new, too_long = converter().convert_file(path)
-    assert too_long == []
-    assert max(len(line) for line in new.split("\n")) <= 100
-    words = [w for w in new.split() if w != "#"]  # the same words, reflowed
-    assert words == [w for w in converter().convert(source).split() if w != "#"]
-    compile(new, "module.py", "exec")
-    lines = new.split("\n")
-    assert lines[2] == "    (docs/algorithms.md §1-3)."  # a page and its section kept together
-    assert lines[5] == "    (docs/algorithms.md §2) and its next line."  # into the next line
-    assert lines[8] == "    # docs/algorithms.md §3"  # a new line after the comment's last
-
-
-def test_converter_lists_code_lines_it_cannot_shorten(tmp_path: Path) -> None:
-    line = _line('    x = option(1, "An option', 'REFERENCE.md 2.")')
-    path = tmp_path / "module.py"
-    path.write_text(line + "\n", encoding="utf-8")
-    new, too_long = converter().convert_file(path)
-    assert 'docs/algorithms.md §2.")' in new
-    assert too_long == [1]
