@@ -415,6 +415,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from groupwise.rollout.openai_engine import ServerError
 
+    if args.quiet:
+        from groupwise.models import hide_loading_bars
+
+        hide_loading_bars()
     try:
         options = check_run_flags(args, config)
         problems = load_problems(config)
