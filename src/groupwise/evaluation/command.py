@@ -299,7 +299,10 @@ def _regrade(args: argparse.Namespace) -> int:
         print(f"groupwise eval: {err}", file=sys.stderr)
         return 2
     print(results_markdown(results))
-    print(f"wrote {target}/results.json, results.md, results.png, verdicts.jsonl")
+    print(
+        f"re-graded under --checking {args.checking}: wrote {target}/results.json, results.md, "
+        "results.png, verdicts.jsonl"
+    )
     return 0
 
 
