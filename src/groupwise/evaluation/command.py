@@ -408,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None:
         print("groupwise eval: --model is required (or --regrade)", file=sys.stderr)
         return 2
-    try:  # before torch loads: a mistyped folder or a k above n is refused in under a second
+    try:  # before torch loads: a mistyped folder or a k above n is refused at once
         served = args.engine == "openai"  # --model is then the name the server gives it
         _check_local_names([("--model", None if served else args.model)])
         _check_local_names([("--tokenizer", args.tokenizer)])

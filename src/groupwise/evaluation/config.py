@@ -178,7 +178,8 @@ class EvalConfig:
     n: int = option(8, """Samples per problem.""", "an integer >= 1", lambda v: _is_int(v, 1))
     ks: tuple[int, ...] = option(
         (1, 2, 4),
-        """Comma-separated k of pass@k, each in 1..n.""",
+        """Comma-separated k of pass@k, each in 1..n (default: the preset's; for a training
+        run folder 1, 2, 4, ... up to n).""",
         cli={"flag": "--k", "metavar": "K,K,..."},
     )
     temperature: float = option(
