@@ -114,3 +114,70 @@ def test_eval_tables_missing_cells() -> None:
     assert (k1, k2) == (1, 2) and header == ["benchmark", "a", "b"]
     assert rows == [["gsm8k", "50.0 [40.0, 60.0]", "-"], ["aime25", "-", "0.0 [0.0, 0.0]"]]
     assert rows2[1] == ["aime25", "-", "-"]
+
+
+def _training_run(folder: Path, algorithm: dict, finished: bool = True) -> Path:
+    """A run folder of `groupwise train` with held-out evaluations at steps 0, 2 and 4 (3
+    problems x 4 samples); its metrics log 0 for the terms it has not, as the trainer does."""
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(json.dumps({"algorithm": algorithm}))
+    rows = [
+        {"step": s, "reward_mean": 0.1 * s, "preference_loss": 0.5 / s, "kl": 0.01 * s}
+        if algorithm.get("amir")
+        else {"step": s, "reward_mean": 0.1 * s, "preference_loss": 0.0, "kl": 0.0}
+        for s in range(1, 5)
+    ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    written = {"pass@1": 0.25, "pass@1_ci": [0.0, 0.5], "pass@2": 0.5, "pass@2_ci": [0.1, 0.9]}
+    lines = [
+        {"step": 0, "n": 4, "correct": [0, 1, 2], "pass_at_k": written},
+        {"step": 2, "n": 4, "correct": [0, 2, 4]},  # no table: computed from the counts
+        {"step": 4, "n": 4, "correct": [4, 4, 4], "pass_at_k": {"pass@1": 1.0}},
+    ]
+    (folder / "heldout.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    if finished:
+        (folder / "final").mkdir()
+    return folder
+
+
+def test_report_shows_the_held_out_evaluations_of_training_runs(tmp_path: Path) -> None:
+    grpo = _training_run(tmp_path / "grpo", {"amir": False, "kl_coef": 0.0})
+    going = _training_run(tmp_path / "going", {"amir": True, "kl_coef": 0.1}, finished=False)
+    page = tmp_path / "report.md"
+    assert cli(["report", str(grpo), str(going), "--output", str(page)]) == 0
+    text = page.read_text()
+    assert "| grpo | " in text and "| held-out at steps 0, 2, 4 |" in text
+    assert "## Held-out evaluations during training" in text
+    assert "| run | step | when | problems | samples | pass@1 | pass@2 | pass@4 |" in text
+    # as training wrote it; k a line lacks is '-'
+    assert "| grpo | 0 | before | 3 | 4 | 25.0 [0.0, 50.0] | 50.0 [10.0, 90.0] | - |" in text
+    # computed from [0, 2, 4] of 4: pass@1 (0 + 1/2 + 1) / 3, pass@2 (0 + 5/6 + 1) / 3, pass@4 2/3
+    row = next(line for line in text.splitlines() if line.startswith("| grpo | 2 | during |"))
+    cells = [c.split(" [")[0] for c in row.strip("| ").split(" | ")[5:]]
+    assert cells == ["50.0", "61.1", "66.7"]
+    assert "| grpo | 4 | after | 3 | 4 | 100.0 | - | - |" in text
+    assert "| going | 4 | during |" in text  # no final/: the run has not ended
+    assert "![held-out pass@1 over training](report-heldout.png)" in text
+    assert (tmp_path / "report-heldout.png").stat().st_size > 0
+
+
+def test_report_leaves_out_terms_a_run_does_not_have(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from groupwise import figures
+    from groupwise.report import plot_curves
+
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: drawn.append(fig) or path)
+    grpo = load_record("grpo", _training_run(tmp_path / "grpo", {"amir": False, "kl_coef": 0}))
+    amir = load_record("amir", _training_run(tmp_path / "amir", {"amir": True, "kl_coef": 0.1}))
+
+    def panels(*records: object) -> dict[str, list[str]]:
+        plot_curves(records, tmp_path / "curves.png")
+        axes = [ax for ax in drawn.pop().axes if ax.get_visible()]
+        return {ax.get_title(): [line.get_label() for line in ax.get_lines()] for ax in axes}
+
+    assert panels(grpo) == {"mean reward": ["grpo"]}
+    both = panels(grpo, amir)
+    assert both["preference loss"] == ["amir"] and both["KL to reference"] == ["amir"]
+    assert both["mean reward"] == ["grpo", "amir"]

@@ -6,11 +6,12 @@ Each subcommand lives beside the code it drives and exposes `add_arguments(parse
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 import warnings
+
+from groupwise.entry import OneLineParser, debugging, run_command
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -20,22 +21,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("groupwise.report", "one page of training curves and eval tables for runs"),
     "summary": ("groupwise.train.summary", "training runs in one table (and a figure, --png)"),
 }
-# What a command raises for a user's mistake (a missing folder, a file that cannot be read, a
-# bad value): one line on stderr and exit status 2, as train's and eval's own errors are;
-# GROUPWISE_DEBUG=1 (or a command's --debug) shows the traceback instead.
-USER_ERRORS = (OSError, ValueError, ImportError)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="groupwise", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="groupwise", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
-    quiet = os.environ.get("GROUPWISE_DEBUG", "") in ("", "0")
+    quiet = not debugging()
     formatwarning = warnings.formatwarning
     with warnings.catch_warnings():  # the command's warning settings end with it
         if quiet:
@@ -47,27 +44,12 @@ def main(argv: list[str] | None = None) -> int:
             warnings.formatwarning = _one_line_warning
         try:
             module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
-            sub_parser = argparse.ArgumentParser(prog=f"groupwise {argv[0]}")
+            prog = f"groupwise {argv[0]}"
+            sub_parser = OneLineParser(prog=prog)
             module.add_arguments(sub_parser)
-            args = sub_parser.parse_args(argv[1:])
-            try:
-                return int(module.run(args) or 0)
-            except SystemExit as stop:  # raise SystemExit("message"): a user error
-                if not isinstance(stop.code, str):
-                    raise
-                return _user_error(argv[0], stop.code)
-            except USER_ERRORS as err:
-                if not quiet or getattr(args, "debug", False):
-                    raise
-                return _user_error(argv[0], str(err))
+            return run_command(prog, module.run, sub_parser.parse_args(argv[1:]))
         finally:
             warnings.formatwarning = formatwarning
-
-
-def _user_error(command: str, message: str) -> int:
-    """A user error as every command prints it: one line on stderr; exit status 2."""
-    print(f"groupwise {command}: {' '.join(message.split())}", file=sys.stderr)
-    return 2
 
 
 def _one_line_warning(

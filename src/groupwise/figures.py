@@ -18,6 +18,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 DPI = 130
+# A kernel density of fewer points shows the kernel's bell, not the data's shape (one point gives
+# a bell as tall as 1 / (h sqrt(2 pi)) whatever the data): a density curve needs this many.
+MIN_DENSITY_POINTS = 5
 
 
 def new_figure(
@@ -29,13 +32,33 @@ def new_figure(
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` as PNG to `path` (parents created), close it, and return the path."""
+    """Write `fig` as PNG to `path` (parents created), close it, and return the path; an
+    earlier reason for not drawing it (figure_not_drawn) is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
+    not_drawn_note(path).unlink(missing_ok=True)
     return path
+
+
+def figure_not_drawn(path: str | Path, reason: str) -> str:
+    """Record that the figure `path` is not drawn (too little data to mean anything): an older
+    figure of that name is removed, so that no stale one is read as this run's, and `reason` is
+    written beside it (`not_drawn_note`). Returns the line to print."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    note = not_drawn_note(path)
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text(f"{path.name} not drawn: {reason}\n", encoding="utf-8")
+    return f"{path.name} not drawn: {reason} (written to {note})"
+
+
+def not_drawn_note(path: Path) -> Path:
+    """Where figure_not_drawn writes why `path` is not drawn: NAME.png -> NAME.not-drawn.txt
+    (save_figure removes it when the figure is drawn after all)."""
+    return path.with_suffix(".not-drawn.txt")
 
 
 def series_colors(count: int) -> list[str]:

@@ -539,6 +539,16 @@ def save_merged(
 # A trained policy for evaluation and analysis
 
 
+def hide_loading_bars() -> None:
+    """No progress bars while models load (a command's --quiet): transformers' weight loading
+    and huggingface_hub's downloads."""
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    disable_progress_bars()
+    transformers_logging.disable_progress_bar()
+
+
 def default_device() -> str:
     """ "cuda" when a GPU is visible, else "cpu"."""
     return "cuda" if torch.cuda.is_available() else "cpu"

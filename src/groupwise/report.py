@@ -1,9 +1,13 @@
 """`groupwise report RUN_DIRS... --output PAGE.md|PAGE.html`: one page comparing runs.
 
 For each run (NAME=DIR or DIR): its training curves from DIR/metrics.jsonl (one JSON object per
-step; missing keys and a torn last line of a run still in progress are tolerated) and its
-evaluation tables from DIR/eval/*/results.json, DIR/results.json, or a results.json file given
-directly. Curves of all runs share one figure (one panel per metric); evaluations are compared
+step; missing keys and a torn last line of a run still in progress are tolerated; a term the
+run's config.yaml says it has not, AMIR's preference loss and lambda without algorithm.amir, KL
+at algorithm.kl_coef 0, is left out rather than drawn as a line at 0), its held-out evaluations
+during training from DIR/heldout.jsonl (groupwise.train.heldout: before the first step, during,
+after the last, pass@k with intervals over problems) and its evaluation tables from
+DIR/eval/*/results.json, DIR/results.json, or a results.json file given directly. Curves of all
+runs share one figure (one panel per metric); evaluations are compared
 in one table per k (rows: benchmarks, columns: evaluations) and a pass@1 bar chart; the
 calibration of evaluations whose prompt asked for a confidence (docs/algorithms.md §6) per
 benchmark, and each one's difference to the first with paired bootstrap intervals (read from
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
+from groupwise.metrics import doubling_ks, pass_at_k_table
 from groupwise.records import RESULTS_FILE, SAMPLES_FILE, read_json, read_jsonl, read_samples
 
 # (metrics.jsonl key, panel title); a panel is drawn when at least one run logged its key
@@ -39,6 +46,14 @@ CURVES: tuple[tuple[str, str], ...] = (
     ("completion_length_mean", "mean completion length (tokens)"),
     ("kl", "KL to reference"),
 )
+# metrics.jsonl keys of the loss terms a run may not have, by the setting of its config.yaml
+# (algorithm section) that leaves the term out: a run without it logs 0 for them.
+TERMS: dict[str, tuple[str, Any]] = {
+    "preference_loss": ("amir", False),
+    "lambda": ("amir", False),
+    "kl": ("kl_coef", 0.0),
+}
+HELDOUT_FILE = "heldout.jsonl"  # groupwise.train.heldout writes it into a run folder
 
 
 @dataclass
@@ -50,6 +65,22 @@ class RunRecord:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> results.json
     samples: dict[str, Path] = field(default_factory=dict)  # label -> samples.jsonl beside it
+    heldout: list[dict[str, Any]] = field(default_factory=list)  # heldout.jsonl, step order
+    absent: frozenset[str] = frozenset()  # metrics.jsonl keys of terms the run has not
+    finished: bool = False  # the run wrote final/: its last held-out evaluation is "after"
+
+
+def absent_terms(config: Any) -> frozenset[str]:
+    """The TERMS keys that a training config (config.yaml as read) leaves out of the loss; none
+    when it does not say (no algorithm section, or a run made elsewhere)."""
+    algorithm = config.get("algorithm") if isinstance(config, dict) else None
+    if not isinstance(algorithm, dict):
+        return frozenset()
+    return frozenset(
+        key
+        for key, (setting, off) in TERMS.items()
+        if setting in algorithm and algorithm[setting] == off
+    )
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -84,6 +115,12 @@ def load_record(name: str, path: Path) -> RunRecord:
     metrics = path / "metrics.jsonl" if path.is_dir() else None
     if metrics is not None and metrics.is_file():
         record.metrics = read_metrics(metrics)
+        record.absent = absent_terms(_run_config(path / "config.yaml"))
+        record.finished = (path / "final").is_dir()
+    if path.is_dir() and (path / HELDOUT_FILE).is_file():
+        from groupwise.train.heldout import read_heldout
+
+        record.heldout = read_heldout(path)
     for label, results in find_results(path).items():
         data = read_json(results)
         if not isinstance(data, dict):
@@ -91,11 +128,21 @@ def load_record(name: str, path: Path) -> RunRecord:
         record.evals[label] = data
         if (results.parent / SAMPLES_FILE).is_file():
             record.samples[label] = results.parent / SAMPLES_FILE
-    if not record.metrics and not record.evals:
+    if not record.metrics and not record.evals and not record.heldout:
         raise FileNotFoundError(
             f"run {name!r}: no metrics.jsonl, results.json or eval/*/results.json under {path}"
         )
     return record
+
+
+def _run_config(path: Path) -> Any:
+    """A run's config.yaml as read, None when it has none; unreadable YAML names the file."""
+    if not path.is_file():
+        return None
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f"{path} cannot be read: {' '.join(str(err).split())}") from None
 
 
 def _moving_average(values: np.ndarray, window: int) -> np.ndarray:
@@ -109,10 +156,15 @@ def _moving_average(values: np.ndarray, window: int) -> np.ndarray:
 
 def plot_curves(records: Sequence[RunRecord], path: Path) -> Path | None:
     """One panel per logged metric, one line per run (raw faint, moving average solid when a
-    run has more than 50 steps). None when no run logged any metric."""
+    run has more than 50 steps); a run's terms it has not (RunRecord.absent) are not drawn, and
+    a panel no run has is left out. None when no run logged any metric."""
     from groupwise.figures import new_figure, save_figure, series_colors
 
-    panels = [(k, t) for k, t in CURVES if any(k in row for r in records for row in r.metrics)]
+    panels = [
+        (k, t)
+        for k, t in CURVES
+        if any(k in row for r in records if k not in r.absent for row in r.metrics)
+    ]
     if not panels:
         return None
     ncols = min(3, len(panels))
@@ -126,7 +178,7 @@ def plot_curves(records: Sequence[RunRecord], path: Path) -> Path | None:
                 for row in record.metrics
                 if isinstance(row.get(key), (int, float)) and not isinstance(row[key], bool)
             ]
-            if not points:
+            if not points or key in record.absent:
                 continue
             steps, values = (np.asarray(v, float) for v in zip(*points, strict=True))
             if steps.size > 50:
@@ -208,6 +260,87 @@ def plot_pass1(evals: Mapping[str, Mapping[str, Any]], path: Path) -> Path | Non
     ax.set_ylabel("pass@1 (%)")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+def heldout_table(evaluation: Mapping[str, Any]) -> dict[str, Any]:
+    """The pass@k table of one heldout.jsonl line: as training wrote it ("pass_at_k"), else
+    computed from its correct counts (docs/algorithms.md §4, k = 1, 2, 4, ... up to n)."""
+    table = evaluation.get("pass_at_k")
+    if isinstance(table, dict) and "pass@1" in table:
+        return dict(table)
+    n = int(evaluation["n"])
+    return pass_at_k_table([int(c) for c in evaluation["correct"]], n, doubling_ks(n))
+
+
+def _when(record: RunRecord, index: int) -> str:
+    """before (step 0), after (the last evaluation of a finished run) or during training."""
+    step = record.heldout[index]["step"]
+    if step == 0:
+        return "before"
+    return "after" if record.finished and index == len(record.heldout) - 1 else "during"
+
+
+def heldout_rows(records: Sequence[RunRecord]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the held-out evaluations of the runs: one row per evaluation, its step,
+    when, problems, samples per problem and pass@k in percent with the 95 % interval for every
+    k any of them has ('-' where one lacks it)."""
+    tables = [(r, i, heldout_table(e)) for r in records for i, e in enumerate(r.heldout)]
+    ks = sorted({int(key[5:]) for *_, t in tables for key in t if re.fullmatch(r"pass@\d+", key)})
+    header = ["run", "step", "when", "problems", "samples", *(f"pass@{k}" for k in ks)]
+    rows = [
+        [
+            record.name,
+            str(record.heldout[index]["step"]),
+            _when(record, index),
+            str(len(record.heldout[index]["correct"])),
+            str(record.heldout[index]["n"]),
+            *(_cell(table, k) for k in ks),
+        ]
+        for record, index, table in tables
+    ]
+    return header, rows
+
+
+def plot_heldout(records: Sequence[RunRecord], path: Path) -> Path:
+    """Held-out pass@1 (percent) over training steps, one line per run with a held-out
+    evaluation, its 95 % interval over problems as a band."""
+    from groupwise.figures import new_figure, save_figure, series_colors
+
+    runs = [r for r in records if r.heldout]
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    for record, color in zip(runs, series_colors(len(runs)), strict=True):
+        tables = [heldout_table(e) for e in record.heldout]
+        steps = [e["step"] for e in record.heldout]
+        ax.plot(
+            steps, [100 * t["pass@1"] for t in tables], marker="o", color=color, label=record.name
+        )
+        low = [100 * t.get("pass@1_ci", [t["pass@1"]] * 2)[0] for t in tables]
+        high = [100 * t.get("pass@1_ci", [t["pass@1"]] * 2)[1] for t in tables]
+        ax.fill_between(steps, low, high, color=color, alpha=0.2)
+    ax.set(xlabel="step", ylabel="held-out pass@1 (%)", title="held-out pass@1 (95 % CI)")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def heldout_blocks(records: Sequence[RunRecord], page: Path) -> list[Block]:
+    """The page's section on the runs' held-out evaluations during training ([] when none)."""
+    if not any(r.heldout for r in records):
+        return []
+    header, rows = heldout_rows(records)
+    figure = plot_heldout(records, page.with_name(f"{page.stem}-heldout.png"))
+    return [
+        ("h", 2, "Held-out evaluations during training"),
+        (
+            "p",
+            "From each run's heldout.jsonl (train.eval_every, data.heldout): the policy before "
+            "the first step, during training and after the last step, on the same problems with "
+            "the same random streams; pass@k in percent (unbiased estimator, mean over "
+            "problems) with its 95 % bootstrap interval over problems.",
+        ),
+        ("table", header, rows),
+        ("img", figure.name, "held-out pass@1 over training"),
+    ]
 
 
 def _calibrated(results: Mapping[str, Any]) -> list[str]:
@@ -459,6 +592,13 @@ SETTINGS_HEADER = [
 ]
 
 
+def _heldout_label(record: RunRecord) -> list[str]:
+    """The runs table's name of a run's held-out evaluations: ["held-out at steps 0, 50, 100"]."""
+    if not record.heldout:
+        return []
+    return ["held-out at steps " + ", ".join(str(e["step"]) for e in record.heldout)]
+
+
 def _eval_label(records: Sequence[RunRecord], record: RunRecord, label: str) -> str:
     """An evaluation's name on the page: RUN/LABEL, or LABEL alone for one run with one."""
     return f"{record.name}/{label}" if len(records) > 1 or len(record.evals) > 1 else label
@@ -487,7 +627,7 @@ def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Blo
                     _last(r.metrics, "reward_mean"),
                     _last(r.metrics, "accuracy"),
                     _last(r.metrics, "lambda"),
-                    ", ".join(r.evals) or "-",
+                    ", ".join([*r.evals, *_heldout_label(r)]) or "-",
                 ]
                 for r in records
             ],
@@ -504,6 +644,7 @@ def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Blo
             ),
             ("img", curves.name, "training curves"),
         ]
+    blocks += heldout_blocks(records, page)
     evals = {
         _eval_label(records, r, label): results
         for r in records

@@ -21,6 +21,7 @@ runs and concurrent processes reuse one copy.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -41,6 +42,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from groupwise.config import apply_override, build
 from groupwise.data.synthetic import LEVELS, generate_problems
+from groupwise.entry import main_of
 from groupwise.models import ARITH_BASE_DIR, load_saved_llama
 from groupwise.options import check_options, option
 
@@ -447,20 +449,21 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m groupwise.sft --output DIR [FIELD=VALUE ...]``: train the base policy with
     ``SFTSettings()`` (FIELD=VALUE overrides one field, the value read as YAML, e.g.
     ``steps=700`` or ``levels=[easy,mid]``), save it into DIR (``train_base_policy``)
-    and write its ``base_policy_scores`` to DIR/SCORES_FILE. The shipped policy was made so."""
-    import argparse
+    and write its ``base_policy_scores`` to DIR/SCORES_FILE. The shipped policy was made so.
+    A bad override is one line, exit status 2 (groupwise.entry)."""
+    return main_of("python -m groupwise.sft", _add_arguments, _run, argv, main.__doc__)
 
-    parser = argparse.ArgumentParser(prog="python -m groupwise.sft", description=main.__doc__)
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, type=Path, help="folder to write")
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE")
-    args = parser.parse_args(argv)
+
+
+def _run(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {}
-    try:
-        for item in args.overrides:
-            apply_override(overrides, item)
-        settings = SFTSettings().with_overrides(**overrides)
-    except ValueError as err:  # ConfigError, or a range SFTSettings refuses
-        parser.error(str(err))
+    for item in args.overrides:  # ConfigError (a ValueError), or a range SFTSettings refuses
+        apply_override(overrides, item)
+    settings = SFTSettings().with_overrides(**overrides)
     folder = train_base_policy(settings, args.output)
     model, tokenizer = load_saved_llama(folder)
     scores = base_policy_scores(model, tokenizer)

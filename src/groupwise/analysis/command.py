@@ -16,7 +16,7 @@ ANALYSES: dict[str, tuple[str, str]] = {
     ),
     "coverage": (
         "groupwise.analysis.coverage",
-        "solvable-set partition across 2-6 runs, %% of the union (Table 2)",
+        "solvable-set partition across 2-6 runs, % of the union (Table 2)",
     ),
     "margin": (
         "groupwise.analysis.preference_margin",
@@ -31,12 +31,22 @@ ANALYSES: dict[str, tuple[str, str]] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One subcommand per analysis, each with its own arguments and --quiet. A help text is
+    shown as written in the description and %-formatted in the list, hence its % doubled."""
     sub = parser.add_subparsers(dest="analysis", metavar="ANALYSIS", required=True)
     for name, (module_name, help_text) in ANALYSES.items():
         module = importlib.import_module(module_name)
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        parser = sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
+        module.add_arguments(parser)
+        parser.add_argument(
+            "--quiet", action="store_true", help="no progress bars (judging, model loading)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.quiet:
+        from groupwise.models import hide_loading_bars
+
+        hide_loading_bars()
     module = importlib.import_module(ANALYSES[args.analysis][0])
     return int(module.run(args) or 0)

@@ -16,7 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from groupwise.analysis.runs import EvalRun, common_problems, load_runs, warn_if_fewer_samples
+from groupwise.analysis.runs import (
+    EvalRun,
+    common_problems,
+    load_runs,
+    nothing_produced,
+    warn_if_fewer_samples,
+)
 from groupwise.records import ProblemKey, write_json
 
 # Samples per problem in the paper's protocol: solvable = at least one of 16 rollouts
@@ -142,6 +148,12 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("coverage compares runs: give at least two NAME=EVAL_DIR")
     names = [r.name for r in runs]
     problems = common_problems(runs)
+    if not problems:
+        return nothing_produced(
+            "coverage",
+            f"the runs ({', '.join(names)}) have no problem in common (benchmark and problem "
+            "id): evaluate them on the same problems",
+        )
     solvable = {r.name: solvable_set(r, problems) for r in runs}
     cells = coverage_partition(solvable, problems)
     out: Path = args.output

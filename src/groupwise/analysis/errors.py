@@ -38,13 +38,14 @@ from typing import Any, Protocol
 import numpy as np
 import yaml
 
-from groupwise.analysis.runs import load_runs, warn_if_fewer_samples
+from groupwise.analysis.runs import load_runs, nothing_produced, warn_if_fewer_samples
 from groupwise.records import Sample, SavedProblem, read_jsonl, write_json
 
 DEFAULT_TAXONOMY = Path(__file__).with_name("error_taxonomy.yaml")
 Message = dict[str, str]
 # Samples per problem in the paper's protocol: 16 rollouts per problem (paper, Figures 5-6).
 PROTOCOL_SAMPLES: int | None = 16
+ERROR_FIGURES = ("errors_types.png", "errors_position.png")
 
 
 # ----------------------------------------------------------------------------- taxonomy
@@ -555,47 +556,66 @@ def summarize_run(
 
 def plot_errors(
     summary: Mapping[str, Mapping[str, Any]], taxonomy: Sequence[ErrorType], out: Path
-) -> list[Path]:
-    """errors_types.png (share of each type per run) and errors_position.png (KDE per run)."""
-    from groupwise.figures import new_figure, save_figure, series_colors
+) -> tuple[list[Path], list[str]]:
+    """errors_types.png (share of each type per run, from the runs with a judged solution) and
+    errors_position.png (the KDE per run, from the runs with at least MIN_DENSITY_POINTS judged
+    solutions). Returns the figures drawn and, for each figure or run left out, why."""
+    from groupwise.figures import (
+        MIN_DENSITY_POINTS,
+        figure_not_drawn,
+        new_figure,
+        save_figure,
+        series_colors,
+    )
 
-    names = list(summary)
-    colors = series_colors(len(names))
+    judged = [name for name in summary if summary[name]["judged"]]
+    if not judged:
+        reason = "no solution was judged (every judge call failed; see errors.json)"
+        return [], [figure_not_drawn(out / name, reason) for name in ERROR_FIGURES]
+    colors = dict(zip(summary, series_colors(len(summary)), strict=True))
     fig, axes = new_figure(width=max(6.0, 1.3 * len(taxonomy)), height=4.2)
     ax = axes[0, 0]
-    width = 0.8 / max(1, len(names))
-    for i, (name, color) in enumerate(zip(names, colors, strict=True)):
+    width = 0.8 / len(judged)
+    for i, name in enumerate(judged):
         counts = np.array([summary[name]["types"][t.name] for t in taxonomy], float)
-        share = counts / counts.sum() if counts.sum() else counts
         ax.bar(
-            np.arange(len(taxonomy)) + (i - (len(names) - 1) / 2) * width,
-            100 * share,
+            np.arange(len(taxonomy)) + (i - (len(judged) - 1) / 2) * width,
+            100 * counts / counts.sum(),
             width,
-            color=color,
+            color=colors[name],
             label=f"{name} (n={int(counts.sum())})",
         )
     ax.set_xticks(range(len(taxonomy)), [t.name for t in taxonomy], rotation=25, ha="right")
     ax.set_ylabel("% of judged failures")
     ax.set_title("type of the first error")
     ax.legend(fontsize=8)
-    paths = [save_figure(fig, out / "errors_types.png")]
-
+    paths, notes = [save_figure(fig, out / ERROR_FIGURES[0])], []
+    dense = [name for name in judged if summary[name]["judged"] >= MIN_DENSITY_POINTS]
+    notes += [
+        f"errors_position.png: run {name!r} left out, {summary[name]['judged']} judged "
+        f"solutions (a density needs {MIN_DENSITY_POINTS})"
+        for name in summary
+        if name not in dense
+    ]
+    if not dense:
+        reason = f"no run has {MIN_DENSITY_POINTS} judged solutions, what a density needs"
+        return paths, [*notes, figure_not_drawn(out / ERROR_FIGURES[1], reason)]
     fig, axes = new_figure()
     ax = axes[0, 0]
-    for name, color in zip(names, colors, strict=True):
+    for name in dense:
         density = summary[name]["density"]
         ax.plot(
             density["grid"],
             density["values"],
-            color=color,
+            color=colors[name],
             label=f"{name} (n={summary[name]['judged']})",
         )
     ax.set_xlabel("relative position of the first error (step / number of steps)")
     ax.set_ylabel("density (Gaussian KDE)")
     ax.set_xlim(0, 1)
     ax.legend(fontsize=8)
-    paths.append(save_figure(fig, out / "errors_position.png"))
-    return paths
+    paths.append(save_figure(fig, out / ERROR_FIGURES[1]))
+    return paths, notes
 
 
 def make_judge(args: argparse.Namespace) -> Judge:
@@ -731,6 +751,9 @@ def run(args: argparse.Namespace) -> int:
     items = select_items(
         {r.name: r.samples for r in runs}, args.min_steps, args.max_per_run, args.seed
     )
+    if not items:
+        names = ", ".join(r.name for r in runs)
+        return nothing_produced("errors", f"no incorrect completion to judge in {names}")
     judge = make_judge(args)
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
@@ -744,6 +767,7 @@ def run(args: argparse.Namespace) -> int:
         args.judge_attempts,
         args.judge_backoff,
         workers,
+        progress=not args.quiet,
     )
     grid = np.linspace(0.0, 1.0, 201)
     summary = {
@@ -787,7 +811,7 @@ def run(args: argparse.Namespace) -> int:
                     i.error or "",
                 ]
             )
-    plot_errors(summary, taxonomy, out)
+    figures, notes = plot_errors(summary, taxonomy, out)
     for name, s in summary.items():
         mean = s["mean_relative_position"]
         print(
@@ -795,5 +819,16 @@ def run(args: argparse.Namespace) -> int:
             f"judge failures {s['judge_failures']:>4}  mean position "
             f"{'-' if mean is None else f'{mean:.2f}'}"
         )
-    print(f"wrote {out / 'errors.json'}, errors.csv, errors_types.png, errors_position.png")
+    for note in notes:
+        print(note)
+    drawn = "".join(f", {path.name}" for path in figures)
+    print(f"wrote {out / 'errors.json'}, errors.csv{drawn}, judgements.jsonl")
+    if not any(i.judgement is not None for i in done):
+        first = next(i for i in done if i.error)
+        return nothing_produced(
+            "errors",
+            f"no solution was judged: {len(done)} of {len(done)} failed; the first "
+            f"({first.run}, {first.sample.problem_id}, sample {first.sample.sample}): "
+            f"{first.error}",
+        )
     return 0

@@ -27,7 +27,13 @@ from typing import Any
 import numpy as np
 
 from groupwise.analysis import rescoring
-from groupwise.analysis.runs import EvalRun, common_problems, load_runs, warn_if_fewer_samples
+from groupwise.analysis.runs import (
+    EvalRun,
+    common_problems,
+    load_runs,
+    nothing_produced,
+    warn_if_fewer_samples,
+)
 from groupwise.records import ProblemKey, write_json
 
 STRATA = ("jointly solvable", "jointly unsolved")
@@ -80,10 +86,12 @@ def plot_perplexity(
     problems: Mapping[str, int] | None = None,
 ) -> Path:
     """One panel per stratum, one box per run (ppl[stratum][run] = rollout perplexities);
-    `problems[stratum]`, when given, is shown in the panel title."""
+    `problems[stratum]`, when given, is shown in the panel title. Each panel has its own y
+    scale: solved problems' rollouts sit near PPL 1, unsolved ones' far above, and a shared
+    axis would flatten the first panel to a line."""
     from groupwise.figures import new_figure, save_figure, series_colors
 
-    fig, axes = new_figure(width=4.5 * len(ppl), height=4, ncols=len(ppl), sharey=True)
+    fig, axes = new_figure(width=4.5 * len(ppl), height=4, ncols=len(ppl))
     for ax, (stratum, per_run) in zip(axes[0], ppl.items(), strict=True):
         names = list(per_run)
         parts = ax.boxplot([np.asarray(per_run[n], float) for n in names], patch_artist=True)
@@ -143,7 +151,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs, args.benchmark)
     warn_if_fewer_samples(runs, "perplexity", PROTOCOL_SAMPLES)
+    if not set.intersection(*(set(r.by_problem()) for r in runs)):
+        return nothing_produced(
+            "perplexity",
+            f"the runs ({', '.join(r.name for r in runs)}) have no problem in common "
+            "(benchmark and problem id): evaluate them on the same problems",
+        )
     split = strata(runs, args.solvable_fraction)
+    if not any(split.values()):
+        return nothing_produced(
+            "perplexity",
+            "no shared problem is jointly solvable (every run correct in at least "
+            f"{args.solvable_fraction:g} of its samples) or jointly unsolved (no run correct): "
+            "no stratum to compare; try a lower --solvable-fraction",
+        )
     if args.max_problems is not None:
         rng = random.Random(args.seed)
         split = {k: sorted(rng.sample(v, min(len(v), args.max_problems))) for k, v in split.items()}

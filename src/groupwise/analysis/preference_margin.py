@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from groupwise.analysis import rescoring
-from groupwise.analysis.runs import load_runs, warn_if_fewer_samples
+from groupwise.analysis.runs import load_runs, nothing_produced, warn_if_fewer_samples
 from groupwise.records import ProblemKey, Sample, write_json
 
 # Samples per problem in the paper's protocol: not stated by the paper (Figure 4), so no
@@ -75,7 +75,9 @@ def ratio_of_means(means: Mapping[str, float | None]) -> dict[str, float | None]
 
 
 def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
-    """Left: KDE of each run's margins with its mean marked; right: box plots side by side."""
+    """Left: KDE of the margins of each run with at least MIN_DENSITY_POINTS of them, its mean
+    marked; right: box plots of every run with a margin, side by side. The caller draws it only
+    when some run has that many (`density_runs`)."""
     from groupwise.figures import (
         gaussian_kde,
         new_figure,
@@ -84,42 +86,48 @@ def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
         series_colors,
     )
 
-    names = list(margins)
-    colors = series_colors(len(names))
+    names = [n for n in margins if len(margins[n])]
+    colors = dict(zip(names, series_colors(len(names)), strict=True))
     fig, axes = new_figure(width=10, height=4, ncols=2)
     dens, box = axes[0, 0], axes[0, 1]
-    everything = np.concatenate([np.asarray(v, float) for v in margins.values()] + [[]])
-    everything = everything if everything.size else np.zeros(1)
+    everything = np.concatenate([np.asarray(margins[n], float) for n in names])
     lo, hi = float(everything.min()), float(everything.max())
-    # A run with a single margin has no spread: give its kernel a width on the data's scale.
-    fallback = 0.05 * max(hi - lo, float(np.abs(everything).max()), 1e-3)
-    widths = [scott_bandwidth(v, fallback) for v in margins.values() if len(v)] or [fallback]
+    dense = density_runs(margins)
+    widths = [scott_bandwidth(margins[n]) for n in dense]
     pad = 3 * max(widths)
     grid = np.linspace(lo - pad, hi + pad, 400)
-    for name, color in zip(names, colors, strict=True):
+    for name in dense:
         values = np.asarray(margins[name], float)
-        if values.size == 0:
-            continue
         dens.plot(
             grid,
-            gaussian_kde(values, grid, fallback=fallback),
-            color=color,
+            gaussian_kde(values, grid),
+            color=colors[name],
             label=f"{name} (mean {values.mean():.4f}, n={values.size})",
         )
-        dens.axvline(values.mean(), color=color, linestyle="--", linewidth=1)
+        dens.axvline(values.mean(), color=colors[name], linestyle="--", linewidth=1)
     dens.axvline(0.0, color="grey", linewidth=0.8)
     dens.set_xlabel("margin: mean l(correct) - mean l(incorrect)  [nats/token]")
     dens.set_ylabel("density")
-    if dens.get_legend_handles_labels()[0]:
-        dens.legend(fontsize=8)
+    dens.legend(fontsize=8)
     box.boxplot([np.asarray(margins[n], float) for n in names])
     # Labels set on the ticks: boxplot's tick_labels= needs matplotlib 3.9, its labels= is gone
     # in 3.11, and groupwise supports matplotlib 3.8.
-    box.set_xticks(range(1, len(names) + 1), names)
+    box.set_xticks(range(1, len(names) + 1), [f"{n}\n(n={len(margins[n])})" for n in names])
     box.axhline(0.0, color="grey", linewidth=0.8)
     box.set_ylabel("margin [nats/token]")
     box.set_title("per-problem preference margin")
     return save_figure(fig, path)
+
+
+def density_runs(margins: Mapping[str, Sequence[float]]) -> list[str]:
+    """The runs whose margins are enough for a density (figures.MIN_DENSITY_POINTS, spread)."""
+    from groupwise.figures import MIN_DENSITY_POINTS
+
+    return [
+        name
+        for name, values in margins.items()
+        if len(values) >= MIN_DENSITY_POINTS and float(np.std(values)) > 0
+    ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -177,11 +185,30 @@ def run(args: argparse.Namespace) -> int:
         for name, m in per_run.items():
             for (bench, pid), value in m.items():
                 writer.writerow([name, bench, pid, f"{value:.6f}"])
-    plot_margins({n: list(m.values()) for n, m in per_run.items()}, out / "margin.png")
     for name, s in summary.items():
         mean = "-" if s["mean"] is None else f"{s['mean']:.4f}"
         med = "-" if s["median"] is None else f"{s['median']:.4f}"
         ratio = "-" if ratios[name] is None else f"{ratios[name]:.2f}x"
         print(f"{name:<20} problems {s['problems']:>5}  mean {mean}  median {med}  ratio {ratio}")
-    print(f"wrote {out / 'margin.json'}, margin.csv, margin.png")
+    values = {n: list(m.values()) for n, m in per_run.items()}
+    for name in [n for n in values if n not in density_runs(values)]:
+        print(
+            f"margin.png: run {name!r} has {len(values[name])} problems with a margin (both a "
+            "correct and an incorrect completion), too few (or all equal) for a density: "
+            "left out of it"
+        )
+    from groupwise.figures import figure_not_drawn
+
+    if density_runs(values):
+        figure = plot_margins(values, out / "margin.png").name
+    else:
+        print(figure_not_drawn(out / "margin.png", "no run has enough margins for a density"))
+        figure = None
+    print(f"wrote {out / 'margin.json'}, margin.csv" + (f", {figure}" if figure else ""))
+    if not any(values.values()):
+        return nothing_produced(
+            "margin",
+            "no problem has both a correct and an incorrect completion with a mean_logp in any "
+            f"run ({', '.join(values)}): no preference margin to measure",
+        )
     return 0

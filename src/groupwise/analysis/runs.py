@@ -5,6 +5,7 @@ named after its folder).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -117,3 +118,11 @@ def common_problems(runs: Sequence[EvalRun]) -> list[ProblemKey]:
             stacklevel=2,
         )
     return [k for k in keys[0] if k in shared] if keys else []
+
+
+def nothing_produced(analysis: str, reason: str) -> int:
+    """An analysis that made nothing it was asked for (every judge call failed, no problem in
+    common, no usable pair): the first cause on one line of stderr, and exit status 1. What was
+    written on the way (a judge's answers, the numbers) stays for a rerun."""
+    print(f"groupwise analyze {analysis}: {' '.join(reason.split())}", file=sys.stderr)
+    return 1

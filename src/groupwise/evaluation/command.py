@@ -26,6 +26,7 @@ from groupwise.evaluation.config import (
     PRESETS,
     EvalConfig,
     InvalidSetting,
+    ks_problem,
 )
 from groupwise.evaluation.engines import EngineOptions, open_sampler
 from groupwise.evaluation.folder import count_pending
@@ -183,6 +184,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     Raises FlagError naming the flag of the first bad value."""
     if args.engine != "openai":
         _take_run_settings(args)
+    _check_ks(args)
     names = [("--model", args.model)] if args.engine != "openai" else []
     from groupwise.data import BenchmarkSpec
     from groupwise.data.prompts import TEMPLATES
@@ -246,6 +248,17 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         raise FlagError(FLAGS[err.name], err.reason) from None
 
 
+def _check_ks(args: argparse.Namespace) -> None:
+    """--k against --n (each as given, else the preset's), before anything heavy is imported:
+    FlagError as EvalConfig words it."""
+    preset = PRESETS[args.preset]
+    n = args.n if args.n is not None else preset["n"]
+    ks = args.ks if args.ks is not None else preset["ks"]
+    reason = ks_problem(ks, n)
+    if reason is not None:
+        raise FlagError("--k", reason)
+
+
 def _take_run_settings(args: argparse.Namespace) -> None:
     """--model naming a training run: its weights, and its settings for the flags not given
     (groupwise.evaluation.trained), printed; args is changed in place."""
@@ -264,7 +277,12 @@ def _take_run_settings(args: argparse.Namespace) -> None:
         )
     if args.grading is not None:  # the former name of --checking counts as given
         args.checking, args.grading = _checking_flag(args), None
-    for line in apply_run(args, trained):
+    n = args.n if args.n is not None else PRESETS[args.preset]["n"]
+    try:
+        lines = apply_run(args, trained, n)
+    except ValueError as err:
+        raise FlagError("--benchmarks", str(err)) from None
+    for line in lines:
         print(f"groupwise eval: {line}", file=sys.stderr)
 
 
@@ -281,7 +299,10 @@ def _regrade(args: argparse.Namespace) -> int:
         print(f"groupwise eval: {err}", file=sys.stderr)
         return 2
     print(results_markdown(results))
-    print(f"wrote {target}/results.json, results.md, results.png, verdicts.jsonl")
+    print(
+        f"re-graded under --checking {args.checking}: wrote {target}/results.json, results.md, "
+        "results.png, verdicts.jsonl"
+    )
     return 0
 
 
@@ -387,17 +408,21 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None:
         print("groupwise eval: --model is required (or --regrade)", file=sys.stderr)
         return 2
-    try:  # before torch loads: a mistyped folder is refused in well under a second
+    try:  # before torch loads: a mistyped folder or a k above n is refused at once
         served = args.engine == "openai"  # --model is then the name the server gives it
         _check_local_names([("--model", None if served else args.model)])
         _check_local_names([("--tokenizer", args.tokenizer)])
-    except FlagError as err:
+        config = config_from_args(args)
+    except (ValueError, FileNotFoundError, ImportError) as err:
         print(f"groupwise eval: {err}", file=sys.stderr)
         return 2
     from groupwise.rollout.openai_engine import ServerError
 
+    if args.quiet:
+        from groupwise.models import hide_loading_bars
+
+        hide_loading_bars()
     try:
-        config = config_from_args(args)
         options = check_run_flags(args, config)
         problems = load_problems(config)
         pending = count_pending(config, problems, args.output)

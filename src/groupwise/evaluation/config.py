@@ -178,7 +178,8 @@ class EvalConfig:
     n: int = option(8, """Samples per problem.""", "an integer >= 1", lambda v: _is_int(v, 1))
     ks: tuple[int, ...] = option(
         (1, 2, 4),
-        """Comma-separated k of pass@k, each in 1..n.""",
+        """Comma-separated k of pass@k, each in 1..n (default: the preset's; for a training
+        run folder 1, 2, 4, ... up to n).""",
         cli={"flag": "--k", "metavar": "K,K,..."},
     )
     temperature: float = option(
@@ -235,7 +236,10 @@ class EvalConfig:
     )
     seed: int = option(0, """The sampling seed.""", "an integer >= 0", lambda v: _is_int(v, 0))
     data_dir: str | None = option(
-        None, """Benchmark folder (default: $GROUPWISE_DATA, else the hub)."""
+        None,
+        """Benchmark folder laid out like ../shared/data (default: $GROUPWISE_DATA, else
+        ../shared/data beside the working folder or beside groupwise's checkout, else the
+        hub).""",
     )
     engine: str = option(
         "transformers",
@@ -304,15 +308,11 @@ class EvalConfig:
     def _rules(self) -> dict[str, tuple[Callable[[Any], bool], str]]:
         """The rules that read other settings, or a registry that plugins extend."""
         templates = _templates()
-        n_ok = _is_int(self.n, 1)
         openai = self.engine == "openai"
         chat = self.prompt in templates and templates[self.prompt].chat
         needs_tokenizer = openai and self.api == "completions" and chat
         return {
-            "ks": (
-                lambda v: bool(v) and all(_is_int(k, 1) and (not n_ok or k <= self.n) for k in v),
-                f"integers in 1..n={self.n}",
-            ),
+            "ks": (lambda v: ks_problem(v, self.n) is None, f"integers in 1..n={self.n}"),
             "prompt": (lambda v: v in templates, f"one of {', '.join(sorted(templates))}"),
             "checking": (lambda v: v in _modes(), f"one of {', '.join(_modes())}"),
             "adapter": (
@@ -369,6 +369,15 @@ class EvalConfig:
             for f in fields(self)
         }
         return {**out, "seeding": SEEDING, "prompt_digest": template_digest(self.prompt)}
+
+
+def ks_problem(ks: Any, n: Any) -> str | None:
+    """Why `ks` are no k of pass@k with n samples per problem (each an integer in 1..n; an n
+    that is no integer >= 1 bounds nothing here, its own check names it), or None."""
+    n_ok = _is_int(n, 1)
+    if ks and all(_is_int(k, 1) and (not n_ok or k <= n) for k in ks):
+        return None
+    return f"must be integers in 1..n={n}, got {_shown(ks)}"
 
 
 def _check_benchmarks(specs: tuple[str, ...]) -> None:

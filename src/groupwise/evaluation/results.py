@@ -127,7 +127,8 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def results_markdown(results: Mapping[str, Any]) -> str:
     """The results as Markdown: a table of pass@k in percent with the 95 % interval per
-    benchmark, then one per leveled benchmark, by level."""
+    benchmark, then one per leveled benchmark, by level, then the settings (model, engine,
+    sampling, prompt, the checking mode that judged the answers)."""
     ks = results["config"]["ks"]
     passes = [f"pass@{k} (%)" for k in ks]
     rows = [
@@ -161,7 +162,8 @@ def results_markdown(results: Mapping[str, Any]) -> str:
         + (f" + adapter {config['adapter']}" if config["adapter"] else "")
         + f"; engine {engine}{served}; n={config['n']}, temperature "
         f"{config['temperature']}, top-p {config['top_p']}, "
-        f"{config['max_new_tokens']} new tokens, prompt {config['prompt']}"
+        f"{config['max_new_tokens']} new tokens, prompt {config['prompt']}, checking "
+        f"{config.get('checking', '-')}"
         + (f", stop {config['stop']}" if config.get("stop") else "")
     )
     return "\n".join(lines) + "\n"

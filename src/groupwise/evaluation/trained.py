@@ -8,9 +8,13 @@ finds the run and the weights: in a run folder final/merged, else final/model, e
 final/adapter, else the newest checkpoint's; full weights load as the model, an adapter on the
 run's base model (model.name). The run's config.yaml gives the defaults of the sampling and
 checking flags (RUN_DEFAULTS: data.prompt, reward.checking, rollout.temperature, top_p and
-max_new_tokens, and data.heldout as --benchmarks); a flag given on the command line wins, and
-when it changes the prompt or the checking mode the model was trained with, one warning says
-so and how to match it.
+max_new_tokens) and of --benchmarks: data.heldout when the run has one, else the test split of
+each benchmark it trained on (data.benchmark, or the parts of data.mix) with the training
+data's options; a run that trained on a benchmark with no other split to test on has no
+default, and eval asks for --benchmarks. The k of pass@k follow --n (metrics.doubling_ks: 1, 2,
+4, ... up to n, as the held-out evaluation reports them). A flag given on the command line
+wins, and when it changes the prompt or the checking mode the model was trained with, one
+warning says so and how to match it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from groupwise.data import benchmark_splits
+from groupwise.metrics import doubling_ks
 
 __all__ = ["RUN_DEFAULTS", "TrainedModel", "apply_run", "trained_model"]
 
@@ -47,7 +54,9 @@ class TrainedModel:
     run: the run folder. weights: the folder of the weights chosen. model: what load_model
     loads (the weights folder, or the run's base model when the weights are an adapter).
     adapter: the adapter folder, or None. defaults: eval flag -> the run's value (RUN_DEFAULTS,
-    and "benchmarks" from data.heldout when the run has one).
+    and "benchmarks": data.heldout, else the test splits of the training data).
+    benchmarks_from: where defaults["benchmarks"] comes from, as printed ("data.heldout", ...);
+    without a default it is the reason, which eval prints when --benchmarks is not given.
     """
 
     run: Path
@@ -55,6 +64,7 @@ class TrainedModel:
     model: str
     adapter: str | None
     defaults: dict[str, Any]
+    benchmarks_from: str = ""
 
 
 def _run_folder(path: Path) -> Path | None:
@@ -116,16 +126,46 @@ def trained_model(name: str) -> TrainedModel | None:
         for flag, (section, key) in RUN_DEFAULTS.items()
         if isinstance(config.get(section), dict) and key in config[section]
     }
-    heldout = (config.get("data") or {}).get("heldout")
-    if isinstance(heldout, dict) and heldout.get("benchmark"):
-        defaults["benchmarks"] = (_spec(heldout),)
+    specs, benchmarks_from = _benchmarks(config.get("data"), run)
+    if specs:
+        defaults["benchmarks"] = specs
     return TrainedModel(
         run=run,
         weights=weights,
         model=str(config["model"]["name"]) if adapter else str(weights),
         adapter=str(weights) if adapter else None,
         defaults=defaults,
+        benchmarks_from=benchmarks_from,
     )
+
+
+def _benchmarks(data: Any, run: Path) -> tuple[tuple[str, ...], str]:
+    """The --benchmarks a run is evaluated on by default and where they come from, as printed
+    (module docstring); no specs, and the reason to print, when nothing is left to test on."""
+    data = data if isinstance(data, dict) else {}
+    heldout = data.get("heldout")
+    if isinstance(heldout, dict) and heldout.get("benchmark"):
+        return (_spec(heldout),), "data.heldout"
+    mix = data.get("mix")
+    mixed = isinstance(mix, list) and bool(mix)
+    where, parts = ("data.mix", mix) if mixed else ("data.benchmark", [data])
+    parts = [p for p in parts if isinstance(p, dict) and p.get("benchmark")]
+    specs = [_spec({**p, "split": "test"}) for p in parts if _test_split_beside(p)]
+    if specs:
+        return tuple(dict.fromkeys(specs)), f"{where}'s test split; no data.heldout"
+    trained = ", ".join(f"{p['benchmark']}:{p.get('split') or 'train'}" for p in parts)
+    return (), (
+        f"the training run {run} has no data.heldout and trained on {trained or 'nothing named'}, "
+        "which leaves no test split to evaluate on: pass --benchmarks NAME[:SPLIT]"
+    )
+
+
+def _test_split_beside(part: dict[str, Any]) -> bool:
+    """Whether the benchmark of a training part has a test split the part did not train on."""
+    try:
+        return "test" in benchmark_splits(str(part["benchmark"])) and part.get("split") != "test"
+    except ValueError:  # not registered here (a plugin's benchmark): no default to offer
+        return False
 
 
 def _spec(part: dict[str, Any]) -> str:
@@ -137,10 +177,15 @@ def _spec(part: dict[str, Any]) -> str:
     return spec
 
 
-def apply_run(args: argparse.Namespace, trained: TrainedModel) -> tuple[str, ...]:
+def apply_run(args: argparse.Namespace, trained: TrainedModel, n: Any) -> tuple[str, ...]:
     """Fill args from the run: --model and --adapter with its weights, each flag of
-    `trained.defaults` left unset with the run's value. Returns the lines to print: what was
-    taken, and one warning when a flag given changes the trained prompt or checking mode."""
+    `trained.defaults` left unset with the run's value, and --k, when not given, with the
+    doubling ks up to `n` (the samples per problem: --n, else the preset's). Returns the lines
+    to print: what was taken, and one warning when a flag given changes the trained prompt or
+    checking mode. Raises ValueError (the reason) when --benchmarks is not given and the run
+    offers none."""
+    if args.benchmarks is None and "benchmarks" not in trained.defaults:
+        raise ValueError(trained.benchmarks_from)
     given = {flag: getattr(args, flag) for flag in trained.defaults}
     args.model, args.adapter = trained.model, trained.adapter
     taken = []
@@ -148,11 +193,15 @@ def apply_run(args: argparse.Namespace, trained: TrainedModel) -> tuple[str, ...
         if given[flag] is None:
             setattr(args, flag, value)
             shown = ",".join(value) if isinstance(value, tuple) else value
-            taken.append(f"--{flag.replace('_', '-')} {shown}")
+            where = f" ({trained.benchmarks_from})" if flag == "benchmarks" else ""
+            taken.append(f"--{flag.replace('_', '-')} {shown}{where}")
     lines = [
         f"evaluating {trained.weights} of the training run {trained.run}"
         + (f"; from its config.yaml: {' '.join(taken)}" if taken else "")
     ]
+    if args.ks is None and isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+        args.ks = tuple(doubling_ks(n))
+        lines[0] += f"; --k {','.join(map(str, args.ks))} (1, 2, 4, ... up to --n {n})"
     changed = [
         (flag, given[flag], trained.defaults[flag])
         for flag in _TRAINED_WITH

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from groupwise.entry import main_of
 from groupwise.records import read_jsonl
 from groupwise.train.heldout import Difference, accuracy_difference, mean_interval, read_heldout
 from groupwise.train.metrics_log import METRICS_FILE
@@ -406,13 +406,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the comparison table (each run's lines with --each), draw it with --png; a run
-    folder that cannot be read is one line on stderr, exit status 2."""
-    try:
-        summaries = [summarize(run) for run in args.runs]
-    except (OSError, ValueError) as err:
-        print(f"groupwise summary: {err}", file=sys.stderr)
-        return 2
+    """Print the comparison table (each run's lines with --each), draw it with --png. A run
+    folder that cannot be read, or a --png that names no .png file, raises: the entry point
+    prints it as one line, exit status 2 (groupwise.entry)."""
+    if args.png is not None and args.png.suffix.lower() != ".png":
+        raise ValueError(f"--png {args.png}: the figure is a PNG file; name it NAME.png")
+    summaries = [summarize(run) for run in args.runs]
     if args.each:
         for s in summaries:
             print(f"{s.path}: {summary_text(s)}\n")
@@ -423,9 +422,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m groupwise.train.summary")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """`python -m groupwise.train.summary`: `groupwise summary`, its errors one line too."""
+    return main_of("python -m groupwise.train.summary", add_arguments, run, argv)
 
 
 if __name__ == "__main__":
