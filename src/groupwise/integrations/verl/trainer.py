@@ -3,7 +3,9 @@
     trainer.v1.trainer_mode=groupwise algorithm.adv_estimator=groupwise_NAME
 
 `GroupwiseTrainer` is verl's own `PPOTrainerSync` (colocated rollout, its checkpoints, its
-validation, its loggers) with three changes, in the order of verl's step:
+validation, its loggers), and verl's base trainer takes its sync paths with it: the trainer's
+`trainer_mode` reads "sync" where verl branches on it (`SYNC_MODE`), while verl finds the trainer
+by the name `groupwise`. Three changes, in the order of verl's step:
 
 - before any worker starts, every groupwise option is checked (`check_config`: one line naming
   the key);
@@ -44,6 +46,11 @@ from groupwise.integrations.verl.options import ESTIMATOR_PREFIX, read_options, 
 
 TRAINER_MODE = "groupwise"
 """verl's trainer.v1.trainer_mode of GroupwiseTrainer."""
+SYNC_MODE = "sync"
+"""The mode name verl's base trainer sees from GroupwiseTrainer: PPOTrainer compares
+`self.trainer_mode` with "sync" (replay buffer, refill rule, dataloader batch, TransferQueue state
+in checkpoints, re-issued prompts) and reads `trainer.v1.<mode>` settings, and any other name
+takes verl's async paths, inside a trainer that is verl's PPOTrainerSync."""
 STATE_FILE = "groupwise.json"
 """The file of groupwise's state (AMIR's lambda) in each verl checkpoint folder."""
 
@@ -91,6 +98,16 @@ class GroupwiseTrainer(PPOTrainerSync):
         self.correctness_key = read_options(config.algorithm, self.estimator)[1].correctness_key
         self._pref_loss: float | None = None
         self._uid: np.ndarray | None = None
+
+    @property
+    def trainer_mode(self) -> str:
+        """ "sync" wherever verl's base trainer branches on its mode name (SYNC_MODE)."""
+        return SYNC_MODE
+
+    @trainer_mode.setter
+    def trainer_mode(self, name: str) -> None:
+        """Ignored: verl's PPOTrainer.__init__ assigns config.trainer.v1.trainer_mode
+        ("groupwise"), which stays the registry's and the config's name."""
 
     @property
     def amir(self) -> bool:

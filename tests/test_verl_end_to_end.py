@@ -1,0 +1,209 @@
+"""verl's real entry point on a CPU: `python -m verl.trainer.main_ppo` for 2 training steps of
+groupwise's tiny `arith-base` policy (verl's Hydra config, Ray, TransferQueue, its agent loop
+and reward loop with groupwise's reward, an FSDP2 actor on gloo), with verl's own GRPO, with
+`trainer.v1.trainer_mode=groupwise` and groupwise_grpo, and with groupwise_lens + AMIR; then the
+AMIR + LENS run resumed from its step-1 checkpoint. What a CPU needs is tests/verl_cpu (loaded
+through verl's VERL_USE_EXTERNAL_MODULES; docs/guides/verl.md, "On a CPU").
+
+Everything asserted is what verl logged (its file logger) and wrote (its rollout dump, with the
+batch its update read: verl_cpu.record; the weights its weight sync sent: verl_cpu.rollout;
+its checkpoints), checked against groupwise's own Algorithm on the same rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from verl_cpu.run import BATCH, N, Run, main_ppo
+
+from groupwise.algorithms import AlgorithmOptions, GroupRewards, RewardFacts
+from groupwise.algorithms.logprobs import sequence_mean_logp
+from groupwise.integrations.verl.loss import amir_row_weights
+from groupwise.integrations.verl.trainer import STATE_FILE
+
+pytestmark = pytest.mark.slow
+
+GROUPWISE = ["trainer.v1.trainer_mode=groupwise"]
+AMIR_LENS = [
+    *GROUPWISE,
+    "algorithm.adv_estimator=groupwise_lens",
+    "+algorithm.groupwise.amir=true",
+    "+algorithm.groupwise.margin=0.5",
+    "+algorithm.groupwise.reward_min=0",
+    "+algorithm.groupwise.reward_max=1",
+    "trainer.save_freq=1",
+]
+STEPS = (1, 2)
+WEIGHTS_ATOL = 1e-6
+"""Parity and resume: the same samples give the same update up to float summation order (the
+runs use SGD: AdamW's first step is lr * sign(gradient), which turns a rounding difference in a
+near-zero gradient into a change of 2 lr)."""
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("verl-cpu-assets")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, assets):
+    """The runs by name, each started the first time a test asks for it (one at a time)."""
+    done: dict[str, Run] = {}
+    root = tmp_path_factory.mktemp("verl-cpu-runs")
+
+    def run(name: str) -> Run:
+        if name not in done:
+            done[name] = main_ppo(assets, root / name, *keys(name))
+        return done[name]
+
+    def keys(name: str) -> list[str]:
+        if name == "amir_lens_resumed":
+            step_1 = run("amir_lens").folder / "checkpoints" / "global_step_1"
+            return [
+                *AMIR_LENS,
+                "trainer.resume_mode=resume_path",
+                f"trainer.resume_from_path={step_1}",
+            ]
+        return {
+            "verl_grpo": ["trainer.v1.trainer_mode=sync", "algorithm.adv_estimator=grpo"],
+            "groupwise_grpo": [*GROUPWISE, "algorithm.adv_estimator=groupwise_grpo"],
+            "amir_lens": AMIR_LENS,
+        }[name]
+
+    return run
+
+
+def rows(batch: dict) -> list[dict]:
+    """The batch's real rows as {uid, key (prompt ids, response ids), score, mask, old, adv,
+    weight}, in verl's order."""
+    out, responses = [], batch["responses"]
+    for i, tag in enumerate(batch["tags"]):
+        if tag.get("is_padding", False):
+            continue
+        mask = batch["response_mask"][i].bool()
+        prompt = batch["prompts"][i]
+        out.append(
+            {
+                "uid": batch["uid"][i],
+                "key": (tuple(prompt[prompt != 0].tolist()), tuple(responses[i][mask].tolist())),
+                "score": float(batch["rm_scores"][i].sum()),
+                "mask": mask,
+                "old": batch["old_log_probs"][i],
+                "adv": batch["advantages"][i],
+                "weight": None if batch["weights"] is None else float(batch["weights"][i]),
+            }
+        )
+    return out
+
+
+def expected(options: dict, batch: list[dict]):
+    """groupwise's own Algorithm on the same rows, group-major (verl's GRPO settings: the
+    group's unbiased std, eps 1e-6); the rows in that order."""
+    uids = sorted({row["uid"] for row in batch})
+    ordered = sorted(batch, key=lambda row: (uids.index(row["uid"]), row["key"]))
+    rewards = torch.tensor([row["score"] for row in ordered])
+    mean_logp = torch.stack(
+        [sequence_mean_logp(row["old"][None].float(), row["mask"][None])[0] for row in ordered]
+    )
+    algorithm = AlgorithmOptions(**options).build(
+        RewardFacts([(0.0, 1.0)], [1.0], 1.0), N, scale="group", std="unbiased", eps=1e-6
+    )
+    groups = GroupRewards(rewards, rewards == 1.0, N, correct_reward=1.0, mean_logp_old=mean_logp)
+    return algorithm.targets(groups), ordered, algorithm
+
+
+def assert_advantages(targets, ordered: list[dict]) -> None:
+    for position, row in enumerate(ordered):
+        want = targets.advantages[position] * row["mask"]
+        assert torch.allclose(row["adv"], want, atol=1e-6), (position, row["adv"], want)
+
+
+def max_change(before: dict, after: dict) -> float:
+    return max(float((after[name] - before[name]).abs().max()) for name in before)
+
+
+def test_groupwise_grpo_trains_through_verl_main_ppo(runs) -> None:
+    run = runs("groupwise_grpo")
+    assert sorted(run.metrics) == list(STEPS) and sorted(run.batches) == list(STEPS)
+    assert sorted(run.weights) == [0, 1, 2]  # the initial sync, then one after each step
+    for step in STEPS:
+        batch = rows(run.batches[step])
+        assert len(batch) == BATCH * N
+        targets, ordered, _ = expected({"advantage": "grpo"}, batch)
+        assert_advantages(targets, ordered)
+        metrics = run.metrics[step]
+        scores = {}
+        for row in batch:
+            scores.setdefault(row["uid"], set()).add(row["score"])
+        mixed = sum(len(group) == 2 for group in scores.values())
+        assert metrics["groupwise/groups/mixed"] == mixed / BATCH
+        assert {"groupwise/groups/all_correct", "groupwise/groups/all_wrong"} <= set(metrics)
+    assert any(run.metrics[step]["groupwise/groups/mixed"] > 0 for step in STEPS)
+    # a step with mixed groups moves the weights by far more than AdamW's decay alone (1e-5)
+    assert max_change(run.weights[0], run.weights[2]) > 1e-4
+
+
+def same_samples_and_advantages(ours: dict, theirs: dict) -> None:
+    """The two batches hold the same samples (prompt and response ids, duplicates counted) with
+    the same advantages (a sample drawn twice in a group has one advantage)."""
+    ours, theirs = rows(ours), rows(theirs)
+    assert Counter(row["key"] for row in ours) == Counter(row["key"] for row in theirs)
+    advantage = {row["key"]: row["adv"] for row in theirs}
+    for row in ours:
+        assert torch.allclose(row["adv"], advantage[row["key"]], atol=1e-6)
+
+
+def test_verl_grpo_and_groupwise_grpo_give_the_same_advantages_and_weights(runs) -> None:
+    verl, groupwise = runs("verl_grpo"), runs("groupwise_grpo")
+    assert max_change(verl.weights[0], groupwise.weights[0]) == 0.0
+    for step in STEPS:
+        same_samples_and_advantages(groupwise.batches[step], verl.batches[step])
+        assert max_change(verl.weights[step], groupwise.weights[step]) <= WEIGHTS_ATOL
+
+
+def test_amir_lens_through_verl_main_ppo(runs) -> None:
+    run = runs("amir_lens")
+    options = {"advantage": "lens", "amir": True, "margin": 0.5}
+    lambda_value = run.metrics[1]["groupwise/amir/lambda"]
+    pairs = 0
+    for step in STEPS:
+        metrics = run.metrics[step]
+        batch = rows(run.batches[step])
+        targets, ordered, algorithm = expected(options, batch)
+        assert_advantages(targets, ordered)
+        weights = amir_row_weights(targets.coefficients, metrics["groupwise/amir/lambda"])
+        for position, row in enumerate(ordered):
+            assert row["weight"] == pytest.approx(float(weights[position]), abs=1e-6)
+        assert metrics["groupwise/amir/pairs"] == targets.num_pairs
+        pairs += targets.num_pairs
+        if targets.num_pairs:
+            want = float(targets.pair_losses.mean())
+            assert metrics["groupwise/amir/preference_loss"] == pytest.approx(want, abs=1e-5)
+        if step == 1:
+            # AMIR's rule on the driver, from verl's logged pg_loss and the batch's L_pref
+            assert metrics["groupwise/amir/lambda"] == algorithm.lambda_reg.value
+            if targets.num_pairs:
+                algorithm.lambda_reg.observe_losses(
+                    metrics["actor/pg_loss"], metrics["groupwise/amir/preference_loss"]
+                )
+            lambda_value = algorithm.lambda_reg.value
+        else:
+            assert metrics["groupwise/amir/lambda"] == pytest.approx(lambda_value, rel=1e-9)
+    assert pairs > 0
+    assert run.metrics[2]["groupwise/amir/lambda"] != run.metrics[1]["groupwise/amir/lambda"]
+    for step in STEPS:
+        assert (run.folder / "checkpoints" / f"global_step_{step}" / STATE_FILE).is_file()
+    assert max_change(run.weights[0], run.weights[2]) > 1e-4
+
+
+def test_resuming_from_step_1_gives_step_2_of_the_uninterrupted_run(runs) -> None:
+    whole, resumed = runs("amir_lens"), runs("amir_lens_resumed")
+    assert sorted(resumed.metrics) == [2]
+    for key in ("groupwise/amir/lambda", "groupwise/amir/pairs", "groupwise/groups/mixed"):
+        assert resumed.metrics[2][key] == pytest.approx(whole.metrics[2][key], rel=1e-9), key
+    same_samples_and_advantages(resumed.batches[2], whole.batches[2])
+    assert max_change(whole.weights[1], resumed.weights[1]) == 0.0  # the checkpoint's weights
+    assert max_change(whole.weights[2], resumed.weights[2]) <= WEIGHTS_ATOL
