@@ -5,13 +5,18 @@ loss and AMIR's pairs (docs/algorithms.md, "Dynamic sampling", "Overlong complet
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from test_trainer import _comparable, logged, make_trainer, trainable
+from test_trainer import TESTS, _comparable, base_overrides, logged, make_trainer, trainable
 
+from groupwise.data import load_benchmark
 from groupwise.train.config import ConfigError, load_config
+from groupwise.train.sampler import ProblemSampler
 
 # Q = 2 questions x G = 4; text_hash gives 3.0 to about a third of texts, so some groups of 4
 # have constant rewards and the "reward" filter drops them.
@@ -123,3 +128,40 @@ def test_masked_truncated_completions_leave_the_loss_and_the_pairs(tmp_path: Pat
 def test_bad_dapo_settings_name_the_option(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides).validate()
+
+
+def test_two_processes_fill_their_own_slots_with_their_own_kept_groups(tmp_path: Path) -> None:
+    # torchrun, 2 processes, Q = 2: process 0 owns question 0 of every draw, process 1
+    # question 1; each fills its slot with a kept group of its own question, in draw order.
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "OMP_NUM_THREADS": "1",
+    }
+    run = tmp_path / "run"
+    overrides = [*base_overrides(run), *DYNAMIC, "train.max_steps=3", "reward.workers=1"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    done = subprocess.run(
+        [*launcher, "-m", "groupwise", "train", *overrides], env=env, capture_output=True
+    )
+    assert done.returncode == 0, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
+    records, samples = logged(run / "metrics.jsonl"), logged(run / "rollouts.jsonl")
+    config = load_config(run / "config.yaml")
+    sampler = ProblemSampler(
+        load_benchmark(config.data.benchmark, config.data.split),
+        2,
+        config.train.seed,
+        config.data.shuffle,
+    )
+    position = 0
+    for record, sample in zip(records, samples, strict=True):
+        drawn = [sampler.questions(position + 2 * d) for d in range(record["draws"])]
+        position += 2 * record["draws"]
+        assert record["completions_sampled"] == record["draws"] * 8
+        hashes = torch.tensor(sample["reward_columns"]["text_hash"]).reshape(2, 4)
+        constant = (hashes == hashes[:, :1]).all(dim=1)
+        assert int(constant.sum()) == record["groups_filled"]
+        for slot, problem_id in enumerate(sample["problem_ids"]):
+            # the slot's group was drawn as question `slot` (its process's) of some draw
+            assert problem_id in [draw[slot].id for draw in drawn]
+    assert any(r["draws"] > 1 for r in records)
