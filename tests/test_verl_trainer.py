@@ -125,7 +125,7 @@ def run_compute_advantage(config, meta, partition: str):
     return trainer, metrics, data
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "lens"])
+@pytest.mark.parametrize("estimator", ["grpo", "lens", "rloo"])
 def test_compute_advantage_on_a_real_verl_batch_equals_groupwise_own_targets(
     transfer_queue, estimator: str
 ) -> None:

@@ -5,8 +5,8 @@ Imports only torch. Batches are group-major: the G completions of question g are
 g*G .. g*G+G-1. What an engine calls (docs/design.md, "One algorithm core, several engines"):
 
 - at advantage time, where whole groups are visible: an advantage estimator by name
-  (`get_advantage_estimator`: "grpo", "lens"), AMIR's pairs (`mine_pairs`) and per-completion
-  coefficients (`preference_coefficients`);
+  (`get_advantage_estimator`: "grpo", "lens", "rloo"), AMIR's pairs (`mine_pairs`) and
+  per-completion coefficients (`preference_coefficients`);
 - at loss time, per row: `loss_terms` (clipped surrogate, KL, the AMIR term), weighted by
   `micro_batch_share`;
 - once per loss computation: `AdaptiveLambda`;
