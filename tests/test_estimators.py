@@ -99,3 +99,32 @@ def test_register_an_estimator():
             register_advantage_estimator("test_rank")(rank)
     finally:
         del ADVANTAGE_ESTIMATORS["test_rank"]
+
+
+def test_rloo_estimator_hand_computed():
+    # group 1: r = [1, 0, 0, 1]: A_i = r_i - mean of the other three
+    #   r=1: 1 - (0 + 0 + 1)/3 = 2/3;  r=0: 0 - (1 + 0 + 1)/3 = -2/3
+    # group 2: r = [3, 1, 2, 2]: 3 - 5/3 = 4/3, 1 - 7/3 = -4/3, 2 - 2 = 0, 0
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 1.0, 2.0, 2.0])
+    batch = GroupRewards(rewards, rewards > 0.5, group_size=4)
+    result = get_advantage_estimator("rloo").fn(batch, AdvantageSettings())
+    expected = torch.tensor([2, -2, -2, 2, 4, -4, 0, 0]) / 3
+    assert torch.allclose(result.advantages, expected)
+    assert torch.equal(result.rewards, rewards)  # AMIR mines pairs on the plain totals
+    # properties: zero-sum per group; a constant group gets 0 (the dynamic-sampling case)
+    assert torch.allclose(result.advantages.reshape(2, 4).sum(dim=1), torch.zeros(2))
+    flat = GroupRewards(torch.full((3,), 0.7), torch.zeros(3, dtype=torch.bool), group_size=3)
+    assert torch.equal(
+        get_advantage_estimator("rloo").fn(flat, AdvantageSettings()).advantages, torch.zeros(3)
+    )
+
+
+def test_rloo_is_grpo_scaled_by_g_over_g_minus_1_without_std():
+    rewards = torch.tensor([0.3, 1.7, -0.4, 2.2, 0.0, 5.0])
+    batch = GroupRewards(rewards, torch.zeros(6, dtype=torch.bool), group_size=3)
+    rloo = get_advantage_estimator("rloo").fn(batch, AdvantageSettings()).advantages
+    assert torch.allclose(rloo, group_advantages(rewards, 3, scale="none") * 3 / 2)
+    estimator = get_advantage_estimator("rloo")
+    assert estimator.per_group and not estimator.needs_rollout_logp
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        estimator.fn(GroupRewards(rewards, rewards > 1, group_size=1), AdvantageSettings())

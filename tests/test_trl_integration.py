@@ -458,6 +458,7 @@ def test_reward_functions_are_groupwises_components(checking: str) -> None:
         ({"amir_lambda_measure": "grad"}, "second backward pass"),
         ({"advantage_estimator": "lens", "scale_rewards": "batch"}, "scale_rewards='group'"),
         ({"amir": True, "mask_truncated_completions": True}, "mask_truncated_completions"),
+        ({"dynamic_sampling": True}, "one fixed batch of prompts per step and cannot draw"),
         ({"amir": True, "multi_objective_aggregation": "normalize_then_sum"}, "sum_then_normalize"),
         ({"amir_lambda_low": 0.8}, "amir_lambda_low must be < amir_lambda_high"),
         ({"amir_pair_mode": "best"}, "pair_mode='best'"),

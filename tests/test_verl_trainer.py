@@ -125,7 +125,7 @@ def run_compute_advantage(config, meta, partition: str):
     return trainer, metrics, data
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "lens"])
+@pytest.mark.parametrize("estimator", ["grpo", "lens", "rloo"])
 def test_compute_advantage_on_a_real_verl_batch_equals_groupwise_own_targets(
     transfer_queue, estimator: str
 ) -> None:
@@ -317,3 +317,70 @@ def test_verl_rollout_correction_runs_as_in_verl(transfer_queue) -> None:
         ratio = torch.exp(old[row] - fields["rollout_log_probs"]).clamp(max=2.0)
         assert torch.allclose(weights[row], ratio, atol=1e-5)
     assert any(key.startswith("rollout_corr/") for key in metrics)
+
+
+def test_verl_filter_groups_hands_the_advantage_step_only_kept_groups(transfer_queue) -> None:
+    # verl's own DAPO filter (algorithm.filter_groups, its replay buffer) in the trainer mode:
+    # q2's answers are all wrong (acc constant), so verl evicts it and asks for one more prompt;
+    # the advantage step then sees q1 alone and computes its targets as groupwise does.
+    partition = "dapo"
+    config = trainer_config(
+        "algorithm.adv_estimator=groupwise_lens",
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.metric=acc",
+    )
+    trainer = get_trainer_cls("groupwise")(config)
+    assert trainer.replay_buffer.filter_groups_metric == "acc"
+    refills: list[int] = []
+    trainer.replay_buffer.refill_fn = refills.append  # verl would submit fresh prompts here
+    tokenizer = AutoTokenizer.from_pretrained(models._smollm2_tokenizer_dir())
+    prompt = tokenizer("Question: how many?", return_tensors="pt").input_ids[0]
+    keys, fields, tags = [], [], []
+    for uid, answers in ANSWERS.items():
+        for session, (text, score) in enumerate(answers):
+            response = tokenizer(text, return_tensors="pt").input_ids[0]
+            rm_scores = torch.zeros(len(response))
+            rm_scores[-1] = score
+            keys.append(f"{uid}{partition}_{session}_0")
+            fields.append(
+                {
+                    "uid": f"{uid}{partition}",
+                    "prompts": prompt,
+                    "responses": response,
+                    "input_ids": torch.cat([prompt, response]),
+                    "attention_mask": torch.ones(len(prompt) + len(response), dtype=torch.int64),
+                    "response_mask": torch.ones(len(response), dtype=torch.int64),
+                    "rm_scores": rm_scores,
+                    "extra_fields": {"reward_extra_info": {"acc": score > 0}},
+                }
+            )
+            tags.append({"status": "success", "seq_len": len(prompt) + len(response)})
+    tq.kv_batch_put(
+        keys=keys, partition_id=partition, fields=list_of_dict_to_tensordict(fields), tags=tags
+    )
+    finished = {"is_prompt": True, "status": "finished", "global_steps": 1}
+    tq.kv_batch_put(
+        keys=[f"{uid}{partition}" for uid in ANSWERS], partition_id=partition, tags=[finished] * 2
+    )
+    meta, _ = trainer.replay_buffer.sample(global_steps=1, partition_id=partition, batch_size=1)
+    assert refills == [1]
+    assert sorted(meta.keys) == sorted(k for k in keys if k.startswith("q1"))
+    generator = torch.Generator().manual_seed(0)
+    old = [
+        -torch.rand(len(fields[keys.index(k)]["responses"]), generator=generator) for k in meta.keys
+    ]
+    tq.kv_batch_put(
+        keys=meta.keys,
+        partition_id=partition,
+        fields=list_of_dict_to_tensordict([{"old_log_probs": row} for row in old]),
+    )
+    metrics: dict = {}
+    out = trainer._compute_advantage(meta, metrics)
+    data = tq.kv_batch_get(keys=out.keys, partition_id=partition, select_fields=["advantages"])
+    real = [fields[keys.index(k)] for k in meta.keys]
+    targets, order, _ = expected_targets({"advantage": "lens"}, real, old)
+    advantages = data["advantages"].unbind()
+    for position, row in enumerate(order):
+        assert float(advantages[row][0]) == pytest.approx(float(targets.advantages[position]))
+    assert metrics["groupwise/groups/mixed"] == 1.0
+    assert metrics["groupwise/groups/all_wrong"] == 0.0

@@ -166,3 +166,25 @@ def test_the_gsm8k_presets_choose_vllm_where_it_is_installed() -> None:
 
     for preset in sorted((REPO / "configs").glob("*_gsm8k.yaml")):
         assert load_config(preset).rollout.engine == "vllm", preset.name
+
+
+def test_dynamic_sampling_with_vllm_rollouts(model_dir: str, tmp_path: Path) -> None:
+    # A random model is never right: the "correct" filter drops every group, so each step makes
+    # its 2 draws (2 engine calls) and trains on dropped groups, whose rows are assembled from
+    # both draws with their sampler log-probs.
+    run_dir = tmp_path / "run"
+    flags = ["rollout.dynamic_sampling=true", "rollout.max_draws=2", "train.max_steps=2"]
+    subprocess.run(
+        train(model_dir, run_dir, *flags),
+        env=environment(),
+        check=True,
+        timeout=900,
+        capture_output=True,
+    )
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        assert record["draws"] == 2 and record["completions_sampled"] == 16
+        assert record["groups_kept"] == 0 and record["groups_filled"] == 2
+        # the assembled rows keep their own sampler log-probs: still the trainer's to rounding
+        assert record["sampling_logp_difference"] < 1e-3

@@ -5,11 +5,14 @@ Imports only torch. Batches are group-major: the G completions of question g are
 g*G .. g*G+G-1. What an engine calls (docs/design.md, "One algorithm core, several engines"):
 
 - at advantage time, where whole groups are visible: an advantage estimator by name
-  (`get_advantage_estimator`: "grpo", "lens"), AMIR's pairs (`mine_pairs`) and per-completion
-  coefficients (`preference_coefficients`);
+  (`get_advantage_estimator`: "grpo", "lens", "rloo"), AMIR's pairs (`mine_pairs`) and
+  per-completion coefficients (`preference_coefficients`);
 - at loss time, per row: `loss_terms` (clipped surrogate, KL, the AMIR term), weighted by
   `micro_batch_share`;
-- once per loss computation: `AdaptiveLambda`.
+- once per loss computation: `AdaptiveLambda`;
+- DAPO's decisions (docs/algorithms.md, "Dynamic sampling", "Overlong completions"): which
+  groups dynamic sampling keeps (`kept_groups`), the soft overlong punishment
+  (`soft_overlong_punishment`) and the AMIR pairs without masked rows (`pairs_without`).
 
 `group_targets` (targets.py) is the advantage-time sequence in one call: estimator -> pairs on
 its reward totals -> coefficients. `AlgorithmOptions` (options.py) declares the options every
@@ -34,6 +37,7 @@ from groupwise.algorithms.estimators import (
     get_advantage_estimator,
     register_advantage_estimator,
 )
+from groupwise.algorithms.group_filter import FILTER_METRICS, constant_groups, kept_groups
 from groupwise.algorithms.importance import (
     sampling_logp_difference,
     truncated_importance_weights,
@@ -45,6 +49,7 @@ from groupwise.algorithms.options import (
     AlgorithmOptions,
     RewardFacts,
 )
+from groupwise.algorithms.overlong import pairs_without, soft_overlong_punishment
 from groupwise.algorithms.policy_loss import aggregate_token_losses, kl_k3, policy_loss
 from groupwise.algorithms.preference import (
     AdaptiveLambda,
@@ -65,6 +70,7 @@ from groupwise.algorithms.targets import (
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "FILTER_METRICS",
     "AdaptiveLambda",
     "AdvantageEstimator",
     "AdvantageSettings",
@@ -80,10 +86,12 @@ __all__ = [
     "PreferenceTerms",
     "RewardFacts",
     "aggregate_token_losses",
+    "constant_groups",
     "get_advantage_estimator",
     "group_advantages",
     "group_targets",
     "group_types",
+    "kept_groups",
     "kl_k3",
     "largest_reward_gap",
     "lens_advantages",
@@ -93,6 +101,7 @@ __all__ = [
     "loss_terms",
     "micro_batch_share",
     "mine_pairs",
+    "pairs_without",
     "policy_loss",
     "preference_coefficients",
     "preference_loss",
@@ -100,6 +109,7 @@ __all__ = [
     "register_advantage_estimator",
     "sampling_logp_difference",
     "sequence_mean_logp",
+    "soft_overlong_punishment",
     "token_logprobs",
     "truncated_importance_weights",
     "unreachable_margin",

@@ -180,3 +180,14 @@ def lens_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantag
         std=settings.std,
     )
     return Advantages(advantages, totals)
+
+
+@register_advantage_estimator("rloo", per_group=True, reward_gap=lambda gap, correct_reward, g: gap)
+def rloo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantages:
+    """RLOO (docs/algorithms.md, "RLOO"): each completion's reward minus the mean of the
+    other G - 1 of its group, A_i = r_i - (sum_j r_j - r_i) / (G - 1) = G / (G - 1) (r_i -
+    mean_j r_j); no std scaling."""
+    if batch.group_size < 2:
+        raise ValueError("the rloo estimator needs group_size >= 2 (a leave-one-out baseline)")
+    centred = group_advantages(batch.rewards, batch.group_size, scale="none")
+    return Advantages(centred * batch.group_size / (batch.group_size - 1), batch.rewards)

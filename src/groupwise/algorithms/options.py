@@ -97,7 +97,8 @@ class AlgorithmOptions:
         "grpo",
         """Advantage estimator, by name in groupwise.algorithms.ADVANTAGE_ESTIMATORS: grpo
         (group-normalised reward totals, docs/algorithms.md §1) | lens (calibrated negative rewards,
-        docs/algorithms.md §3) | one registered with register_advantage_estimator.""",
+        docs/algorithms.md §3) | rloo (leave-one-out baseline, docs/algorithms.md, "RLOO") | one
+        registered with register_advantage_estimator.""",
     )
     lens_alpha: float = option(
         0.25,

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from groupwise.algorithms.estimators import AdvantageEstimator, AdvantageSettings, GroupRewards
+from groupwise.algorithms.overlong import pairs_without
 from groupwise.algorithms.preference import mine_pairs, preference_coefficients
 
 
@@ -105,6 +106,7 @@ def group_targets(
     ref_mean_logp: Tensor | None = None,
     coefficients: bool = True,
     scorable: Tensor | None = None,
+    unpaired: Tensor | None = None,
 ) -> GroupTargets:
     """Advantages, AMIR pairs and AMIR coefficients of a batch of whole groups (docs/algorithms.md
     §1-3; "AMIR-GRPO + LENS together": pairs are mined on the estimator's reward totals).
@@ -123,6 +125,8 @@ def group_targets(
             returned None; the row's rewards are then ignored). A group with such a row is left
             out: its advantages are 0 and it forms no pair, since its group statistics (mean,
             std, LENS's difficulty) would need every row's reward.
+        unpaired: [B] bool, True on rows that form no AMIR pair (masked out of the loss:
+            docs/algorithms.md, "Overlong completions"); None: every row may.
 
     Returns:
         GroupTargets.
@@ -157,6 +161,8 @@ def group_targets(
     if kept is not None:
         inside = kept[chosen // batch.group_size]
         chosen, rejected = chosen[inside], rejected[inside]
+    if unpaired is not None:
+        chosen, rejected = pairs_without(chosen, rejected, unpaired)
     targets = replace(targets, chosen=chosen, rejected=rejected)
     if not coefficients:
         return targets

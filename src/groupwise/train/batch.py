@@ -143,3 +143,16 @@ def take_scores(scores: Scores, order: torch.Tensor) -> Scores:
         correct=scores.correct[order],
         verdicts=[scores.verdicts[i] for i in order.tolist()],
     )
+
+
+def with_column(scores: Scores, name: str, values: torch.Tensor, weight: float) -> Scores:
+    """scores with one more reward column `name` ([B] unweighted values) added to the total
+    with `weight` (the soft overlong punishment: docs/algorithms.md, "Overlong completions")."""
+    values = values.to(scores.total.dtype)
+    return Scores(
+        columns={**scores.columns, name: values},
+        weights={**scores.weights, name: weight},
+        total=scores.total + weight * values,
+        correct=scores.correct,
+        verdicts=scores.verdicts,
+    )

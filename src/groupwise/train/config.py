@@ -225,6 +225,30 @@ class RolloutConfig:
         "in (0, 1)",
         lambda v: 0 < v < 1,
     )
+    dynamic_sampling: bool = option(
+        False,
+        """DAPO's dynamic sampling (verl's algorithm.filter_groups.enable): drop the groups whose
+        rollout.filter_metric is constant and draw questions_per_step more questions until the
+        step has questions_per_step groups or rollout.max_draws draws were made (then the
+        step is filled with dropped groups, in draw order). Logs draws, completions_sampled and
+        the groups kept and dropped. docs/algorithms.md, "Dynamic sampling".""",
+    )
+    filter_metric: Literal["correct", "reward", "shaped"] = option(
+        "correct",
+        """What dynamic sampling reads (verl's filter_groups.metric): correct (binary
+        correctness, as verl's acc: drops all-correct and all-wrong groups), reward (the
+        weighted reward total, as verl's score), shaped (advantage=lens only: the LENS-shaped
+        rewards, which are constant only in the groups LENS gives zero advantages: all-correct
+        ones, and all-wrong ones under lens_mode=mixed_only). docs/algorithms.md, "Dynamic
+        sampling".""",
+    )
+    max_draws: int = option(
+        10,
+        """Dynamic sampling: at most this many draws of questions_per_step questions per step
+        (verl's filter_groups.max_num_gen_batches; DAPO's recipe 10).""",
+        ">= 1",
+        lambda v: v >= 1,
+    )
     vllm_enforce_eager: bool | None = option(
         None,
         """vllm only: vLLM's enforce_eager. null: vLLM's way here (eager on a CPU, where groupwise
@@ -267,6 +291,22 @@ class RewardConfig:
         official correctness: last box, else last number, tolerance 1e-3), math_verify
         (Math-Verify on the whole completion, the LENS paper's verifier). docs/algorithms.md §2 and
         §3.""",
+    )
+    overlong_buffer: int = option(
+        0,
+        """DAPO's soft overlong punishment (Eq. 13; TRL's soft_punish_cache, verl's
+        overlong_buffer.len): a reward column "overlong" that falls linearly from 0 to -1 over
+        the last N tokens before rollout.max_new_tokens, weighted by reward.overlong_penalty;
+        0 = off. docs/algorithms.md, "Overlong completions".""",
+        ">= 0 (0: off)",
+        lambda v: v >= 0,
+    )
+    overlong_penalty: float = option(
+        1.0,
+        """The weight of the overlong column: the penalty at the length limit (verl's
+        overlong_buffer.penalty_factor, 1.0).""",
+        ">= 0",
+        lambda v: v >= 0,
     )
     workers: int = option(
         2,
@@ -348,6 +388,14 @@ class AlgorithmConfig(AlgorithmOptions):
         row is used once. docs/algorithms.md §1.""",
         ">= 1",
         lambda v: v >= 1,
+    )
+
+    mask_truncated: bool = option(
+        False,
+        """DAPO's overlong filtering (TRL's mask_truncated_completions): completions cut at
+        rollout.max_new_tokens leave the loss; they still count in their group's statistics
+        (advantages, LENS's difficulty), and AMIR forms no pair with them.
+        docs/algorithms.md, "Overlong completions".""",
     )
 
     def loss_settings(self, max_completion_length: int) -> LossSettings:
@@ -482,6 +530,14 @@ class TrainConfig:
         before clipping). Costs one more backward pass per micro-batch holding all-wrong rows
         with a non-zero advantage. Ours.""",
     )
+    max_completions: int = option(
+        0,
+        """Stop after the step at which the completions sampled (every draw's, dynamic sampling
+        included) reach N; 0 = no such limit. A budget in samples rather than steps; the
+        learning-rate schedule still spans train.max_steps (ours).""",
+        ">= 0 (0: no limit)",
+        lambda v: v >= 0,
+    )
     eval_every: int = option(
         0,
         """Evaluate the policy on data.heldout before the first step, every N steps and after the
@@ -522,6 +578,7 @@ class Config:
             self.rollout.engine = installed_engine()
         check_report_to(self.train.report_to)
         _check_combinations(self)
+        _check_dapo(self)
         _check_device(self.model.device)
         if self.model.lora:
             _check_target_modules(self.model.lora_target_modules)
@@ -543,9 +600,10 @@ def build_algorithm(config: Config) -> Algorithm:
     reward components' declared bounds and the trainer's GRPO settings. docs/algorithms.md §1-3."""
     reward, algo = config.reward, config.algorithm
     components = [get_component(name) for name in reward.weights]
+    overlong = [((-1.0, 0.0), reward.overlong_penalty)] if reward.overlong_buffer else []
     facts = RewardFacts(
-        ranges=[part.bounds for part in components],
-        weights=[reward.weights[part.name] for part in components],
+        ranges=[part.bounds for part in components] + [bounds for bounds, _ in overlong],
+        weights=[reward.weights[part.name] for part in components] + [w for _, w in overlong],
         correct_reward=_correct_reward(reward),
         correctness_hint=(
             f"it calibrates reward component '{reward.correctness_component}' "
@@ -638,6 +696,21 @@ def _check_combinations(c: Config) -> None:
         )
     if not c.train.output_dir.strip():
         raise ConfigError("train.output_dir is empty: name the run folder")
+
+
+def _check_dapo(c: Config) -> None:
+    """Dynamic sampling's LENS-shaped metric needs LENS; the overlong buffer lies inside the
+    length limit."""
+    if c.rollout.filter_metric == "shaped" and c.algorithm.advantage != "lens":
+        raise ConfigError(
+            "rollout.filter_metric=shaped filters on the LENS-shaped rewards; it needs "
+            f"algorithm.advantage=lens (got {c.algorithm.advantage!r})"
+        )
+    if c.reward.overlong_buffer > c.rollout.max_new_tokens:
+        raise ConfigError(
+            f"reward.overlong_buffer={c.reward.overlong_buffer} must not exceed "
+            f"rollout.max_new_tokens={c.rollout.max_new_tokens}: the buffer lies before the limit"
+        )
 
 
 def _numbers(config: Config) -> list[tuple[str, float]]:

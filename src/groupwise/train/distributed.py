@@ -75,10 +75,12 @@ class Distributed:
             return f"cuda:{self.local_rank}"
         return requested
 
-    def question_shard(self, questions: int, minibatches: int = 1) -> list[int]:
-        """This process's questions of a step: its contiguous share of each of the
-        `minibatches` consecutive parts, mini-batch-major. With one mini-batch (and in one
-        process) that is a contiguous slice; the process count x minibatches must divide
+    def question_shard(
+        self, questions: int, minibatches: int = 1, rank: int | None = None
+    ) -> list[int]:
+        """This process's (or process `rank`'s) questions of a step: its contiguous share of
+        each of the `minibatches` consecutive parts, mini-batch-major. With one mini-batch (and
+        in one process) that is a contiguous slice; the process count x minibatches must divide
         `questions`."""
         parts = self.world_size * minibatches
         if questions % parts:
@@ -88,7 +90,7 @@ class Distributed:
             )
         per_minibatch, per_process = questions // minibatches, questions // parts
         return [
-            m * per_minibatch + self.rank * per_process + i
+            m * per_minibatch + (self.rank if rank is None else rank) * per_process + i
             for m in range(minibatches)
             for i in range(per_process)
         ]

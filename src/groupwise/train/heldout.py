@@ -134,11 +134,11 @@ class HeldoutEvaluation:
             asks_confidence=get_template(config.data.prompt).asks_confidence,
         )
 
-    def at(self, step: int) -> dict[str, float]:
+    def at(self, step: int, last: bool = False) -> dict[str, float]:
         """Evaluate the policy after `step` steps when due (step 0, before training; every
-        train.eval_every steps; the last step): the metrics for that step's metrics.jsonl line,
-        {} when not due."""
-        if step == 0 or step % self.every == 0 or step == self.last_step:
+        train.eval_every steps; the last step, or `last`: the run's budget of completions is
+        spent): the metrics for that step's metrics.jsonl line, {} when not due."""
+        if step == 0 or step % self.every == 0 or step == self.last_step or last:
             return self.evaluate(step)
         return {}
 

@@ -97,7 +97,8 @@ class LearnSettings:
     """What the learner needs of the config: G, the micro-batch size (completions), the
     mini-batches M and epochs per step, the KL weight gamma, the aggregation, the loss terms'
     settings, whether to measure the all-wrong rows' gradient, and the cap of the importance
-    correction against the sampler's log-probs (None: off; groupwise.algorithms.importance)."""
+    correction against the sampler's log-probs (None: off; groupwise.algorithms.importance), and
+    whether truncated completions leave the loss (docs/algorithms.md, "Overlong completions")."""
 
     group_size: int
     micro_batch_size: int
@@ -108,6 +109,7 @@ class LearnSettings:
     loss: LossSettings
     log_all_wrong_gradient: bool
     importance_cap: float | None = None
+    mask_truncated: bool = False
 
 
 class Learner:
@@ -133,7 +135,8 @@ class Learner:
         old, seconds_old_policy, first_pass = self._rollout_logprobs(batch.rollouts, minibatches)
         state = StepState(step, batch, old, first_pass=first_pass)
         state.targets = self.targets.of_batch(state)
-        if self.algorithm.pairless is not None:
+        # masked truncated rows form no pair whatever the margin: the warning would blame it
+        if self.algorithm.pairless is not None and not self.settings.mask_truncated:
             self.algorithm.pairless.observe(state.targets, self.settings.group_size)
         updates = []
         for epoch in range(self.settings.num_iterations):
@@ -188,7 +191,7 @@ class Learner:
 
     def _plan(self, state: StepState, rows: slice, on_policy: bool, first_use: bool) -> UpdatePlan:
         """An update's place in the step, with its global row, token and pair counts."""
-        mask = state.batch.rollouts.completion_mask[rows]
+        mask = self._loss_mask(state.batch.rollouts, rows)
         pairs = self.targets.pairs(state, rows)
         totals = self.dist.sum([rows.stop - rows.start, int(mask.sum()), pairs])
         return UpdatePlan(
@@ -222,7 +225,7 @@ class Learner:
         s = self.settings
         rows, tokens, pairs = plan.totals
         rollouts = state.batch.rollouts
-        mask = rollouts.completion_mask[micro].bool().to(self.passes.device)
+        mask = self._loss_mask(rollouts, micro).to(self.passes.device)
         ref_logp = self.passes.reference(rollouts, micro)
         logp = state.take_first_pass(micro)
         if logp is None:
@@ -250,8 +253,17 @@ class Learner:
             self._observe_losses(float(policy_and_kl.detach()) * share, share, mine)
         loss = share * policy_and_kl + self._preference_part(terms, plan.probes)
         self._probe_all_wrong(state.batch, micro, inputs, plan)
-        metrics = micro_batch_metrics(terms, mine, share, int(mask.sum()) / tokens)
+        # max: with algorithm.mask_truncated an update may have no token left in its loss
+        metrics = micro_batch_metrics(terms, mine, share, int(mask.sum()) / max(tokens, 1))
         return MicroBatchLoss(loss, metrics)
+
+    def _loss_mask(self, rollouts: Rollouts, rows: slice) -> torch.Tensor:
+        """[rows, T] bool: the completion tokens the loss sees; none of a truncated completion's
+        with algorithm.mask_truncated (it keeps its part in the group's statistics)."""
+        mask = rollouts.completion_mask[rows].bool()
+        if self.settings.mask_truncated:
+            mask = mask & ~rollouts.truncated[rows, None]
+        return mask
 
     def _importance_weights(
         self, state: StepState, micro: slice, logp: torch.Tensor, mask: torch.Tensor

@@ -70,6 +70,7 @@ Mode = Literal["fresh", "resume", "overwrite"]
 RESUMABLE_CHANGES: dict[str, str] = {
     "train.max_steps": "lengthens or shortens the run (not below the checkpoint's step); a "
     "cosine or linear schedule then runs over the new length from the current step on",
+    "train.max_completions": "lengthens or shortens the run's budget of completions sampled",
     "train.save_every": "when checkpoints are written",
     "train.keep_checkpoints": "how many checkpoints are kept",
     "train.progress": "the progress bar",

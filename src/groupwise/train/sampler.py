@@ -12,9 +12,9 @@ T = TypeVar("T")
 class ProblemSampler(Generic[T]):
     """Walks the problems in epochs, each a seeded permutation (or the file order).
 
-    Step s takes positions [s * q, (s + 1) * q) of the endless concatenation of epochs, so the
-    data position is the step itself: resuming at step s needs no other saved state, and two
-    runs with the same seed see the same questions in the same order.
+    A draw takes positions [p, p + q) of the endless concatenation of epochs; step s draws once
+    at p = s * q, unless dynamic sampling draws more (the trainer then saves p). Two runs with
+    the same seed see the same questions in the same order.
     """
 
     def __init__(self, problems: Sequence[T], per_step: int, seed: int, shuffle: bool = True):
@@ -35,10 +35,16 @@ class ProblemSampler(Generic[T]):
         return self._orders[epoch]
 
     def batch(self, step: int) -> list[T]:
+        """The questions of step `step` when every step draws once."""
+        return self.questions(step * self.per_step)
+
+    def questions(self, start: int) -> list[T]:
+        """per_step questions from data position `start` (dynamic sampling draws several times
+        per step: the position is then the questions drawn so far, a saved number)."""
         n = len(self.problems)
-        start = step * self.per_step
         positions = range(start, start + self.per_step)
         return [self.problems[self._order(pos // n)[pos % n]] for pos in positions]
 
-    def epoch(self, step: int) -> float:
-        return step * self.per_step / len(self.problems)
+    def epoch(self, position: int) -> float:
+        """Epochs of data drawn at data position `position`."""
+        return position / len(self.problems)

@@ -28,10 +28,17 @@ from groupwise.train.distributed import Distributed
 
 class _Targets:
     """algorithm: what the run's options built; group_size: G; component: the correctness
-    component (reward.correctness_component); dist: the processes whose rows are gathered."""
+    component (reward.correctness_component); dist: the processes whose rows are gathered;
+    mask_truncated: truncated completions leave the loss, so they form no AMIR pair
+    (docs/algorithms.md, "Overlong completions")."""
 
     def __init__(
-        self, algorithm: Algorithm, group_size: int, component: str, dist: Distributed
+        self,
+        algorithm: Algorithm,
+        group_size: int,
+        component: str,
+        dist: Distributed,
+        mask_truncated: bool = False,
     ) -> None:
         self.algorithm, self.group_size, self.component, self.dist = (
             algorithm,
@@ -39,6 +46,7 @@ class _Targets:
             component,
             dist,
         )
+        self.mask_truncated = mask_truncated
 
 
 class WholeBatchTargets(_Targets):
@@ -61,7 +69,8 @@ class WholeBatchTargets(_Targets):
         rewards = batch.group_rewards(
             slice(None), self.group_size, self.component, mean_logp_old, lengths
         )
-        return self.algorithm.targets(rewards, coefficients=False)
+        unpaired = batch.truncated if self.mask_truncated else None
+        return self.algorithm.targets(rewards, coefficients=False, unpaired=unpaired)
 
     def pairs(self, state: StepState, rows: slice) -> int:
         """AMIR pairs among this process's `rows` of the batch."""
@@ -144,7 +153,12 @@ StepTargets = WholeBatchTargets | PerMicroBatchTargets
 
 
 def choose_step_targets(
-    algorithm: Algorithm, group_size: int, component: str, minibatches: int, dist: Distributed
+    algorithm: Algorithm,
+    group_size: int,
+    component: str,
+    minibatches: int,
+    dist: Distributed,
+    mask_truncated: bool = False,
 ) -> StepTargets:
     """Per micro-batch where the estimator allows it and nothing needs the whole batch first
     (module docstring); the whole batch otherwise. The run's one decision of it."""
@@ -156,4 +170,4 @@ def choose_step_targets(
         and minibatches == 1
     )
     strategy = PerMicroBatchTargets if per_micro_batch else WholeBatchTargets
-    return strategy(algorithm, group_size, component, dist)
+    return strategy(algorithm, group_size, component, dist, mask_truncated)

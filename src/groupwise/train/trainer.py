@@ -30,12 +30,13 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from groupwise.algorithms import kept_groups, soft_overlong_punishment
 from groupwise.data import MixPart, load_benchmark, load_mix, render_prompt
 from groupwise.errors import NonFiniteError
 from groupwise.models import save_merged
-from groupwise.rewards import RewardSuite
+from groupwise.rewards import RewardSuite, Scores
 from groupwise.rollout import Rollouts, SamplingParams
-from groupwise.train.batch import Learned, ScoredBatch, concat_scores, take_scores
+from groupwise.train.batch import Learned, ScoredBatch, concat_scores, take_scores, with_column
 from groupwise.train.checkpoint import (
     find_resume_point,
     load_trainer_state,
@@ -46,6 +47,7 @@ from groupwise.train.checkpoint import (
 )
 from groupwise.train.config import Config, build_algorithm
 from groupwise.train.distributed import Distributed
+from groupwise.train.draws import Draw, assemble, choose_groups
 from groupwise.train.heldout import HeldoutEvaluation
 from groupwise.train.host_memory import keep_freed_memory
 from groupwise.train.learner import Learner, LearnSettings
@@ -101,6 +103,7 @@ class Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.learner = self._learner()
         self.step = 0
+        self.position = 0  # questions drawn so far: the data position
         resumed = self._resume() if resume else False
         self._logs(resume_step=self.step if resumed else None)
         self._stop_requested = False
@@ -137,6 +140,7 @@ class Trainer:
             cfg.reward.correctness_component,
             algo.minibatches,
             self.dist,
+            mask_truncated=algo.mask_truncated,
         )
         self.passes = Passes(
             self.model,
@@ -188,7 +192,7 @@ class Trainer:
         with self._graceful_stop():
             if self.heldout is not None and self.step == 0:
                 self.heldout.at(0)
-            while self.step < cfg.train.max_steps and not self._stop_requested:
+            while not self._done() and not self._stop_requested:
                 record = self._logged_step()
                 bar.update(1)
                 bar.set_postfix(progress.postfix(record))
@@ -201,33 +205,36 @@ class Trainer:
         record, samples = self.train_step()
         self.step += 1
         if self.heldout is not None:
-            record.update(self.heldout.at(self.step))
+            record.update(self.heldout.at(self.step, last=self._done()))
         # A signal may reach one process only; all stop after the same step.
         self._stop_requested = self.dist.any(self._stop_requested)
         self.log.write(record)
         if self.rollout_log is not None:
             self.rollout_log.write(samples)
-        if (
-            self.step % self.config.train.save_every == 0
-            or self.step == self.config.train.max_steps
-        ):
+        if self.step % self.config.train.save_every == 0 or self._done():
             self.save()
         return record
 
+    def _done(self) -> bool:
+        """train.max_steps reached, or train.max_completions sampled."""
+        budget = self.config.train.max_completions
+        sampled = self.position * self.config.rollout.group_size
+        return self.step >= self.config.train.max_steps or 0 < budget <= sampled
+
     def _save_at_stop(self) -> None:
         """A checkpoint when a signal stopped the run early (the last step's is written)."""
-        if self._stop_requested and self.step < self.config.train.max_steps:
+        if self._stop_requested and not self._done():
             self.save()
         else:
             self.stop_signal = None  # a signal during the last step: the run finished
 
     def _finish(self) -> Path:
-        """Close the logs; export when the run reached max_steps. Returns the final folder (or
-        the run folder when stopped early)."""
+        """Close the logs; export when the run is done (train.max_steps or max_completions).
+        Returns the final folder (or the run folder when stopped early)."""
         self.log.close()
         if self.rollout_log is not None:
             self.rollout_log.close()
-        final = self.export() if self.step >= self.config.train.max_steps else self.run_dir
+        final = self.export() if self._done() else self.run_dir
         self.dist.close()
         self.close()
         return final
@@ -238,33 +245,72 @@ class Trainer:
             self.folder.close()
 
     def train_step(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """One step: rollout -> score -> learn (targets, updates).
+        """One step: rollout -> score (dynamic sampling: draws until the step has its groups)
+        -> learn (targets, updates).
 
         Returns (metrics, samples): the step's metrics.jsonl line and its rollouts.jsonl line.
         """
         t_start = time.perf_counter()
-        problems = self.sampler.batch(self.step)
-        questions = self.dist.question_shard(len(problems), self.config.algorithm.minibatches)
-        rollouts = self._rollout(problems, questions)
-        t_generated = time.perf_counter()
-        batch = self._score(problems, questions, rollouts)
+        problems, batch, cost, generation = self._sample()
         t_scored = time.perf_counter()
         learned = self.learn(batch)
-        seconds = (t_start, t_generated, t_scored, time.perf_counter())
-        tokens = int(self.dist.sum([int(rollouts.completion_mask.sum())])[0])
+        seconds = (t_start, t_start + generation, t_scored, time.perf_counter())
+        tokens = int(self.dist.sum([int(batch.rollouts.completion_mask.sum())])[0])
         step = self.step + 1
-        metrics = step_metrics(
-            step, self.sampler.epoch(step), len(problems), batch, learned, tokens, seconds
-        )
+        epoch = self.sampler.epoch(self.position)
+        metrics = step_metrics(step, epoch, len(problems), batch, learned, tokens, seconds)
+        metrics.update(cost)
         metrics.update(engine_record(self.generator))
         return metrics, step_samples(step, problems, batch, learned)
+
+    def _sample(self) -> tuple[list[Any], ScoredBatch, dict[str, int], float]:
+        """The step's problems and scored batch, what sampling them cost (completions_sampled;
+        with dynamic sampling also draws and groups kept and dropped: train.draws) and the
+        seconds spent generating. Dynamic sampling draws questions_per_step questions at a time
+        until every process has its share of kept groups, or rollout.max_draws draws were made
+        (docs/algorithms.md, "Dynamic sampling")."""
+        cfg = self.config.rollout
+        count, minibatches = cfg.questions_per_step, self.config.algorithm.minibatches
+        questions = self.dist.question_shard(count, minibatches)
+        slots = [
+            self.dist.question_shard(count, minibatches, rank)
+            for rank in range(self.dist.world_size)
+        ]
+        draws: list[Draw] = []
+        generation = 0.0
+        while True:
+            problems = self.sampler.questions(self.position)
+            started = time.perf_counter()
+            rollouts = self._rollout(problems, questions, self.position)
+            generation += time.perf_counter() - started
+            batch = self._score(problems, questions, rollouts)
+            self.position += count
+            if not cfg.dynamic_sampling:
+                return problems, batch, {"completions_sampled": len(batch.texts)}, generation
+            draws.append(Draw(problems, batch, self._keep(batch)))
+            chosen = choose_groups(draws, slots, fill=len(draws) == cfg.max_draws)
+            if chosen:
+                step = assemble(draws, chosen, questions)
+                return step.problems, step.batch, step.metrics, generation
+
+    def _keep(self, batch: ScoredBatch) -> torch.Tensor:
+        """[Q] bool: the draw's groups that dynamic sampling keeps (groupwise.algorithms
+        .kept_groups on rollout.filter_metric)."""
+        return kept_groups(
+            batch.scores.correct,
+            batch.scores.total,
+            self.config.rollout.group_size,
+            metric=self.config.rollout.filter_metric,
+            lens_mode=self.config.algorithm.lens_mode,
+        )
 
     def learn(self, batch: ScoredBatch) -> Learned:
         """The batch's targets and updates (train.learner.Learner.learn)."""
         return self.learner.learn(batch, self.step)
 
-    def _rollout(self, problems: list[Any], questions: list[int]) -> Rollouts:
-        """This process's completions: group_size of each of its questions, in that order."""
+    def _rollout(self, problems: list[Any], questions: list[int], position: int) -> Rollouts:
+        """This process's completions: group_size of each of its questions, in that order;
+        position: the data position of problems[0]."""
         cfg = self.config
         prompts = [render_prompt(problems[q], cfg.data.prompt, self.tokenizer) for q in questions]
         sampling = SamplingParams(  # the same settings whichever engine samples
@@ -274,8 +320,7 @@ class Trainer:
         )
         # One random stream per question, keyed by its data position: the same samples
         # whichever process draws them.
-        first = self.step * cfg.rollout.questions_per_step
-        seeds = [cfg.train.seed * 1_000_003 + first + q for q in questions]
+        seeds = [cfg.train.seed * 1_000_003 + position + q for q in questions]
         try:
             return self.generator.generate(
                 prompts, cfg.rollout.group_size, sampling, prompt_seeds=seeds
@@ -288,6 +333,8 @@ class Trainer:
         group_size = self.config.rollout.group_size
         golds = [problems[q].answer for q in questions for _ in range(group_size)]
         scores = self.rewards.score(rollouts.texts, golds)
+        if self.config.reward.overlong_buffer:
+            scores = self._with_overlong(scores, rollouts)
         offsets = torch.arange(group_size)
         rows = (torch.tensor(questions).unsqueeze(1) * group_size + offsets).reshape(-1)
         parts = self.dist.gather((rows, scores, rollouts.texts, rollouts.truncated))
@@ -300,6 +347,16 @@ class Trainer:
             texts=[texts[i] for i in order.tolist()],
             truncated=torch.cat([part[3] for part in parts])[order],
         )
+
+    def _with_overlong(self, scores: Scores, rollouts: Rollouts) -> Scores:
+        """The reward column "overlong": DAPO's soft overlong punishment of each completion's
+        length, weighted by reward.overlong_penalty (docs/algorithms.md, "Overlong
+        completions")."""
+        reward = self.config.reward
+        punishment = soft_overlong_punishment(
+            rollouts.completion_lengths, self.config.rollout.max_new_tokens, reward.overlong_buffer
+        )
+        return with_column(scores, "overlong", punishment, reward.overlong_penalty)
 
     def _divergence_hint(self) -> str:
         return (
@@ -317,7 +374,7 @@ class Trainer:
             "scheduler": self.updater.scheduler.state_dict(),
             "lambda_reg": self.lambda_reg.state_dict() if self.lambda_reg is not None else None,
             "rng": rng_state(),
-            "data_position": self.step * self.config.rollout.questions_per_step,
+            "data_position": self.position,
         }
 
     def save(self) -> Path | None:
@@ -348,6 +405,7 @@ class Trainer:
             self.lambda_reg.load_state_dict(state["lambda_reg"])
         set_rng_state(state["rng"])
         self.step = int(state["step"])
+        self.position = int(state["data_position"])
         return True
 
     def export(self) -> Path:
@@ -395,6 +453,7 @@ def _learn_settings(cfg: Config) -> LearnSettings:
         loss=algo.loss_settings(rollout.max_new_tokens),
         log_all_wrong_gradient=cfg.train.log_all_wrong_gradient,
         importance_cap=rollout.importance_cap if rollout.importance_correction else None,
+        mask_truncated=algo.mask_truncated,
     )
 
 

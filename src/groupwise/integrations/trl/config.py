@@ -123,6 +123,14 @@ class GroupwiseGRPOConfig(GRPOConfig):
             "must return 0 otherwise (AMIR-GRPO's `correctness` reward: 2.0)."
         },
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's dynamic sampling (drop constant-reward groups, draw more prompts): "
+            "not available with TRL, whose training step generates one fixed batch of prompts; "
+            "True is refused (groupwise's own trainer has rollout.dynamic_sampling)."
+        },
+    )
     amir: bool = _option("amir")
     amir_beta: float = _option("beta_dpo")
     amir_margin: float = _option("margin")
@@ -165,6 +173,12 @@ class GroupwiseGRPOConfig(GRPOConfig):
                 f"advantage_estimator={self.advantage_estimator!r} normalises mixed groups by "
                 "their own std (docs/algorithms.md §3): it needs scale_rewards='group', got "
                 f"{self.scale_rewards!r}"
+            )
+        if self.dynamic_sampling:
+            raise ValueError(
+                "dynamic_sampling=True is not available with TRL: GRPOTrainer generates and "
+                "scores one fixed batch of prompts per step and cannot draw more; use groupwise "
+                "train with rollout.dynamic_sampling=true"
             )
         if uses_groupwise and self.mask_truncated_completions:
             raise ValueError(
