@@ -6,12 +6,19 @@ checkpoint is written under a temporary name and renamed when complete, so a cra
 last, holds the size and SHA-256 of every other file: resume takes the newest checkpoint whose
 files all match it (`find_resume_point`), so a checkpoint damaged afterwards (a truncated or
 deleted file, a full disk) is skipped with the reason instead of failing with a traceback.
+
+Loading a checkpoint never runs code from it (docs/design.md, "Choices already made"): the
+manifest guards against damage, not against a file made to deceive, so trainer_state.pt is read
+with torch's weights-only unpickler. It holds tensors, dicts, lists, tuples, numbers, strings
+and None only (the RNG states included: `rng_state` stores numpy's as a tensor), so a new plain
+field needs no change of format; anything else is refused (`CheckpointError`, naming the file).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import random
 import re
 import shutil
@@ -24,14 +31,34 @@ import torch
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 MANIFEST = "manifest.json"
+TRAINER_STATE = "trainer_state.pt"
 _CHUNK = 1 << 20
+# Checkpoints written before numpy's RNG state was stored as a tensor hold it as a numpy array:
+# these globals rebuild an array from its shape, dtype and bytes, and call nothing else.
+_NUMPY_CORE = getattr(np, "_core", None) or np.core
+_OLDER_STATE_GLOBALS = [
+    _NUMPY_CORE.multiarray._reconstruct,
+    (_NUMPY_CORE.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+]
+_REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be loaded (refused, unreadable, or not fitting the run);
+    the message is one line naming the file."""
 
 
 def rng_state() -> dict[str, Any]:
-    """The global random states (python, numpy, torch CPU and CUDA)."""
+    """The global random states (python, numpy, torch CPU and CUDA), in types a weights-only
+    load accepts: numpy's MT19937 state is (name, keys as an int64 tensor [624], pos, has_gauss,
+    cached_gaussian)."""
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached_gaussian),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -40,8 +67,12 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restores what `rng_state` returned (or an older checkpoint's numpy state as an array)."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, *rest = state["numpy"]
+    if isinstance(keys, torch.Tensor):
+        keys = keys.numpy()
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -72,7 +103,7 @@ def save_checkpoint(
     model.save_pretrained(weights_dir)
     if tokenizer is not None:
         tokenizer.save_pretrained(weights_dir)
-    torch.save(state, tmp / "trainer_state.pt")
+    torch.save(state, tmp / TRAINER_STATE)
     write_manifest(tmp, step)
     if final.exists():
         shutil.rmtree(final)
@@ -143,8 +174,8 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
     entries = files.values()
     if not all(isinstance(e, dict) and {"bytes", "sha256"} <= e.keys() for e in entries):
         return f"{MANIFEST} has entries without bytes and sha256"
-    if "trainer_state.pt" not in files:
-        return f"{MANIFEST} lists no trainer_state.pt"
+    if TRAINER_STATE not in files:
+        return f"{MANIFEST} lists no {TRAINER_STATE}"
     for name, expected in files.items():
         path = checkpoint / name
         if not path.is_file():
@@ -195,27 +226,62 @@ def set_aside(checkpoint: Path) -> Path:
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    # The state holds numpy RNG arrays and python tuples, not only tensors.
-    return torch.load(Path(checkpoint) / "trainer_state.pt", weights_only=False)
+    """CHECKPOINT/trainer_state.pt, read with torch's weights-only unpickler (module docstring):
+    a file holding any other pickled object is refused before that object is built.
+
+    Raises CheckpointError (one line naming the file) when it is refused, cannot be read (not a
+    torch file, truncated), or is not a dict.
+    """
+    path = Path(checkpoint) / TRAINER_STATE
+    try:
+        with torch.serialization.safe_globals(_OLDER_STATE_GLOBALS):
+            state = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as error:
+        refused = _REFUSED_GLOBAL.search(str(error))
+        what = f"a pickled {refused.group(1)}" if refused else "a pickled object"
+        raise CheckpointError(
+            f"{path}: refused: it holds {what}, outside what a checkpoint may hold (tensors, "
+            "numbers, strings, containers); loading it could run code, so nothing was loaded"
+        ) from None
+    except (RuntimeError, OSError, EOFError, ValueError) as error:
+        raise _unreadable(path, error) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: holds a {type(state).__name__}, not a trainer state")
+    return state
 
 
 def load_weights_into(model: torch.nn.Module, checkpoint: Path) -> None:
-    """Restores the trainable weights saved by save_checkpoint into an already built model."""
+    """Restores the trainable weights saved by save_checkpoint into an already built model.
+    Raises CheckpointError naming the file when a weights file cannot be read or does not fit."""
     adapter = Path(checkpoint) / "adapter"
     if adapter.is_dir():
         from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
 
-        set_peft_model_state_dict(model, load_file(str(adapter / "adapter_model.safetensors")))
+        set_peft_model_state_dict(model, _read_weights(adapter / "adapter_model.safetensors"))
         return
-    from safetensors.torch import load_file
-
     weights = Path(checkpoint) / "model"
     state = {}
     for shard in sorted(weights.glob("*.safetensors")):
-        state.update(load_file(str(shard)))
+        state.update(_read_weights(shard))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [m for m in missing if "lm_head" not in m]:
-        raise RuntimeError(
+        raise CheckpointError(
             f"{weights}: weights do not fit the model: {missing[:3]} {unexpected[:3]}"
         )
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of one safetensors file (a format that holds tensors only)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise _unreadable(path, error) from None
+
+
+def _unreadable(path: Path, error: Exception) -> CheckpointError:
+    """The one-line error for a checkpoint file that could not be read (the reason shortened)."""
+    reason = " ".join(str(error).split())[:200]
+    return CheckpointError(f"{path}: cannot be read ({type(error).__name__}: {reason})")

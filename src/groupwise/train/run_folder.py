@@ -14,9 +14,11 @@ only with the settings it was started with (docs/design.md, "Output folder of a 
   config.yaml, metrics.jsonl or checkpoints/; anything else is refused, never deleted).
 - mode "resume": the config must equal the saved config.yaml key by key, except the keys of
   RESUMABLE_CHANGES; every other change is refused by name (old -> new). Then the newest
-  intact checkpoint is chosen (checkpoint.find_resume_point), the damaged newer ones are
-  renamed step-N.damaged with the reason in `notes`, and metrics.jsonl / rollouts.jsonl are
-  cut back to its step (metrics_log.trim_jsonl: what is removed is set aside, never deleted).
+  intact checkpoint is chosen (checkpoint.find_resume_point) and its trainer state read
+  (weights only: a state holding anything else is refused, the folder unchanged), the damaged
+  newer ones are renamed step-N.damaged with the reason in `notes`, and metrics.jsonl /
+  rollouts.jsonl are cut back to its step (metrics_log.trim_jsonl: what is removed is set
+  aside, never deleted).
   A resume into a new or empty folder, or one that never started, starts the run (so a
   scheduler can always pass --resume); a folder whose checkpoints are all damaged is refused.
 - config.yaml is then written (atomically) with the config the run will use.
@@ -40,7 +42,13 @@ from typing import Any, Literal
 
 import yaml
 
-from groupwise.train.checkpoint import ResumePoint, find_resume_point, set_aside
+from groupwise.train.checkpoint import (
+    CheckpointError,
+    ResumePoint,
+    find_resume_point,
+    load_trainer_state,
+    set_aside,
+)
 from groupwise.train.config import Config, config_to_dict
 from groupwise.train.metrics_log import METRICS_FILE, ROLLOUTS_FILE, trim_jsonl
 
@@ -93,13 +101,15 @@ class RunFolder:
     """An opened run folder: holds its lock until `close()` (or the process ends).
 
     path: the folder. resume_point: the checkpoint a resumed run starts from (mode "resume";
-    None otherwise). notes: what opening did that the user should know (checkpoints skipped and
-    why, log lines set aside), one line each.
+    None otherwise), and trainer_state its trainer_state.pt (checkpoint.load_trainer_state:
+    weights only, read before the folder is changed). notes: what opening did that the user
+    should know (checkpoints skipped and why, log lines set aside), one line each.
     """
 
     def __init__(self, path: Path, lock_fd: int, created: bool = False) -> None:
         self.path = path
         self.resume_point: ResumePoint | None = None
+        self.trainer_state: dict[str, Any] | None = None  # resume_point's, read on open
         self.notes: list[str] = []
         self._lock_fd: int | None = lock_fd
         self._created = created  # open() made the folder: a start that never ran removes it
@@ -238,6 +248,13 @@ class RunFolder:
                 f"train.max_steps={config.train.max_steps} is below the step of the checkpoint "
                 f"to resume from ({point.checkpoint}); give train.max_steps >= {point.step}"
             )
+        if point.checkpoint is not None:
+            # Read (weights only) before anything in the folder changes: a refused or unreadable
+            # state stops the resume with the folder as it was.
+            try:
+                self.trainer_state = load_trainer_state(point.checkpoint)
+            except CheckpointError as error:
+                raise RunFolderError(str(error)) from None
         for checkpoint, why in point.skipped:
             moved = set_aside(checkpoint)
             self.notes.append(f"skipped checkpoint {checkpoint.name} ({why}); moved to {moved}")

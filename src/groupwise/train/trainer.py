@@ -38,6 +38,8 @@ from groupwise.rewards import RewardSuite, Scores
 from groupwise.rollout import Rollouts, SamplingParams
 from groupwise.train.batch import Learned, ScoredBatch, concat_scores, take_scores, with_column
 from groupwise.train.checkpoint import (
+    TRAINER_STATE,
+    CheckpointError,
     find_resume_point,
     load_trainer_state,
     load_weights_into,
@@ -397,15 +399,24 @@ class Trainer:
         checkpoint = (point or find_resume_point(self.run_dir)).checkpoint
         if checkpoint is None:
             return False
-        state = load_trainer_state(checkpoint)
+        state = None
+        if self.folder is not None:  # read when the folder was opened; not kept past here
+            state, self.folder.trainer_state = self.folder.trainer_state, None
+        state = state if state is not None else load_trainer_state(checkpoint)
         load_weights_into(self.model, checkpoint)
-        self.updater.optimizer.load_state_dict(state["optimizer"])
-        self.updater.scheduler.load_state_dict(state["scheduler"])
-        if self.lambda_reg is not None:
-            self.lambda_reg.load_state_dict(state["lambda_reg"])
-        set_rng_state(state["rng"])
-        self.step = int(state["step"])
-        self.position = int(state["data_position"])
+        try:
+            self.updater.optimizer.load_state_dict(state["optimizer"])
+            self.updater.scheduler.load_state_dict(state["scheduler"])
+            if self.lambda_reg is not None:
+                self.lambda_reg.load_state_dict(state["lambda_reg"])
+            set_rng_state(state["rng"])
+            self.step = int(state["step"])
+            self.position = int(state["data_position"])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as error:
+            raise CheckpointError(
+                f"{checkpoint / TRAINER_STATE}: does not fit this run "
+                f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
+            ) from None
         return True
 
     def export(self) -> Path:
