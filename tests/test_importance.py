@@ -109,7 +109,9 @@ def _learned(
     trainer = Trainer(config)
     problems = trainer.sampler.batch(0)
     questions = list(range(len(problems)))
-    batch = trainer._score(problems, questions, trainer._rollout(problems, questions))
+    batch = trainer._score(
+        problems, questions, trainer._rollout(problems, questions, trainer.position)
+    )
     if shift is not None:
         rollouts = batch.rollouts
         with torch.no_grad():

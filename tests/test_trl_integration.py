@@ -522,6 +522,7 @@ def test_example_script_takes_a_step(tmp_path: Path, data_dir: Path) -> None:
     assert trainer.args.correctness_value == 2.0
     assert [f.__name__ for f in trainer.reward_funcs] == [
         "correctness",
+        "expression_official",
         "format_official",
         "integer_official",
         "tag_count",

@@ -320,9 +320,10 @@ def test_verl_rollout_correction_runs_as_in_verl(transfer_queue) -> None:
 
 
 def test_verl_filter_groups_hands_the_advantage_step_only_kept_groups(transfer_queue) -> None:
-    # verl's own DAPO filter (algorithm.filter_groups, its replay buffer) in the trainer mode:
-    # q2's answers are all wrong (acc constant), so verl evicts it and asks for one more prompt;
-    # the advantage step then sees q1 alone and computes its targets as groupwise does.
+    # verl's own DAPO filter (algorithm.filter_groups, its sync replay buffer) in the trainer
+    # mode: q2's answers are all wrong (acc constant), so verl evicts it; q1 alone fills the
+    # batch of 1, so the sync buffer (unlike the async one) asks for no fresh prompt; the
+    # advantage step then sees q1 alone and computes its targets as groupwise does.
     partition = "dapo"
     config = trainer_config(
         "algorithm.adv_estimator=groupwise_lens",
@@ -362,8 +363,11 @@ def test_verl_filter_groups_hands_the_advantage_step_only_kept_groups(transfer_q
     tq.kv_batch_put(
         keys=[f"{uid}{partition}" for uid in ANSWERS], partition_id=partition, tags=[finished] * 2
     )
-    meta, _ = trainer.replay_buffer.sample(global_steps=1, partition_id=partition, batch_size=1)
-    assert refills == [1]
+    meta, evicted = trainer.replay_buffer.sample(
+        global_steps=1, partition_id=partition, batch_size=1
+    )
+    assert refills == []
+    assert [v for k, v in evicted.items() if k.endswith("/filter_groups/evicted_samples")] == [1]
     assert sorted(meta.keys) == sorted(k for k in keys if k.startswith("q1"))
     generator = torch.Generator().manual_seed(0)
     old = [
