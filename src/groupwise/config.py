@@ -100,7 +100,8 @@ def build(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
         if key not in names:
             close = difflib.get_close_matches(key, names, n=1)
             guess = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown key '{full}'{guess}; valid keys here: {', '.join(names)}")
+            # repr: a key may hold any character (a newline would break the one-line message)
+            raise ConfigError(f"unknown key {full!r}{guess}; valid keys here: {', '.join(names)}")
         kwargs[key] = coerce(value, hints[key], full)
     return cls(**kwargs)
 

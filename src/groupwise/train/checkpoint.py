@@ -243,7 +243,8 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
             f"{path}: refused: it holds {what}, outside what a checkpoint may hold (tensors, "
             "numbers, strings, containers); loading it could run code, so nothing was loaded"
         ) from None
-    except (RuntimeError, OSError, EOFError, ValueError) as error:
+    # A damaged pickle can fail the unpickler in any of these ways (a flipped byte: KeyError)
+    except (RuntimeError, OSError, EOFError, ValueError, KeyError, IndexError, TypeError) as error:
         raise _unreadable(path, error) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: holds a {type(state).__name__}, not a trainer state")

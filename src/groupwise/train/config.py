@@ -919,7 +919,7 @@ def _blame(
     for override in reversed(overrides):
         key = override.split("=", 1)[0].strip()
         if re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", str(err)):
-            return f"command line, override '{override}': "
+            return f"command line, override {override!r}: "  # repr: it may hold a newline
     return "command line: "
 
 

@@ -90,12 +90,60 @@ class RunSummary:
     answers_error: int = 0
 
 
+# What summarize reads of every metrics.jsonl row, and what it reads where a row has it.
+_NEEDED = ("step", "seconds_step", "reward_mean", "group_mixed", "group_all_correct")
+_NEEDED += ("group_all_wrong",)
+_OPTIONAL = ("seconds_heldout", "group_all_wrong_active", "lambda", "pairs_per_group")
+_OPTIONAL += ("answers_unparsed", "answers_timeout", "answers_error")
+
+
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's rows; a row that is no object of finite numbers under the keys summarize
+    reads is a ValueError naming the file and line."""
     path = run_dir / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; is {run_dir} a training run folder?")
     rows, _ = read_jsonl(path)
+    for number, row in rows:
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        for key in (*_NEEDED, *(k for k in _OPTIONAL if row.get(k) is not None)):
+            if not _is_number(row.get(key)):
+                raise ValueError(
+                    f"{path}:{number}: {key} must be a finite number, got {row.get(key)!r}"
+                )
     return [row for _, row in rows]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _heldout(run_dir: Path) -> list[dict[str, Any]]:
+    """read_heldout's evaluations, each with an integer step, n >= 1 and one correct count in
+    [0, n] per problem; else a ValueError naming heldout.jsonl."""
+    evaluations = read_heldout(run_dir)
+    for e in evaluations:
+        n, correct = e["n"], e["correct"]
+        valid = isinstance(n, int) and n >= 1 and isinstance(correct, list) and correct
+        if not (valid and isinstance(e["step"], int) and all(_is_number(c) for c in correct)):
+            raise ValueError(
+                f"{run_dir / 'heldout.jsonl'}: the evaluation of step {e['step']!r} is not an "
+                "integer step, n >= 1 and a non-empty list of correct counts"
+            )
+    return evaluations
+
+
+def _config(run_dir: Path) -> dict[str, Any]:
+    """RUN/config.yaml as a mapping; unreadable, or not a mapping: a ValueError naming it."""
+    path = run_dir / "config.yaml"
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"{path}: cannot be read ({' '.join(str(error).split())})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("algorithm", {}), dict):
+        raise ValueError(f"{path}: is not a groupwise training config")
+    return config
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float:
@@ -109,9 +157,8 @@ def summarize(run_dir: str | Path) -> RunSummary:
     rows = _metrics(run_dir)
     if not rows:
         raise ValueError(f"{run_dir / METRICS_FILE}: no step logged yet")
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    algorithm = config.get("algorithm", {})
-    evaluations = read_heldout(run_dir)
+    algorithm = _config(run_dir).get("algorithm", {})
+    evaluations = _heldout(run_dir)
     heldout = None
     if len(evaluations) >= 2 and evaluations[0]["step"] == 0:
         first, last = evaluations[0], evaluations[-1]
@@ -119,7 +166,7 @@ def summarize(run_dir: str | Path) -> RunSummary:
     all_wrong = sum(row["group_all_wrong"] for row in rows)
     with_gradient = [row.get("group_all_wrong_active") for row in rows]
     lambdas = [row["lambda"] for row in rows if "lambda" in row]
-    floor = algorithm.get("lambda_min")
+    floor = algorithm.get("lambda_min") if _is_number(algorithm.get("lambda_min")) else None
     return RunSummary(
         path=run_dir,
         label=method_label(algorithm),
