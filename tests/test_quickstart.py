@@ -44,7 +44,7 @@ def test_the_preset_is_the_documented_run() -> None:
 
 # The README's sentence that names the platform its table was measured on.
 PLATFORM = re.compile(
-    r"torch (?P<torch>\S+), CPU kernels (?P<kernels>\w+), (?P<threads>\d+) threads"
+    r"torch\s+(?P<torch>[\d.]+),\s+CPU\s+kernels\s+(?P<kernels>\w+),\s+(?P<threads>\d+)\s+threads"
 )
 INTERVAL = re.compile(r"(?P<delta>[+-][\d.]+) \[(?P<low>[+-][\d.]+), (?P<high>[+-][\d.]+)\]")
 
