@@ -1,4 +1,4 @@
-"""TRL's own GRPO test suite against GroupwiseGRPOTrainer, in three modes (issue 22, item 6).
+"""TRL's own GRPO test suite against GroupwiseGRPOTrainer, in three modes.
 
 - `trl`: TRL's GRPOTrainer / GRPOConfig, the baseline (which tests pass on this machine at all);
 - `swap`: GroupwiseGRPOTrainer / GroupwiseGRPOConfig with their defaults (AMIR and LENS off:
@@ -71,7 +71,7 @@ NOTES: dict[tuple[str, str], str] = {
     "amir_lens appends a reward function (and a processing class for it)",
     ("amir_lens", "test_warning_raised_all_rewards_none"): "harness: the appended correctness "
     "reward never returns None, so no row has all rewards None and TRL's warning the test "
-    "expects is not raised (the all-None case itself is issue 22 item 3, tested there)",
+    "expects is not raised (modes trl and swap run the all-None case itself)",
     ("amir_lens", "test_reward_metric_reflects_reward_weights"): "harness: the test checks the "
     "logged reward equals 0.7 x 1 + 0.3 x 0, and the appended correctness reward (weight 1) "
     "adds its mean to that total",

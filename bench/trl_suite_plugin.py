@@ -38,7 +38,7 @@ CORRECTNESS_REWARD = "groupwise_correct"
 """Name of the binary reward function mode amir_lens appends (LENS's correctness reward)."""
 
 # Mode amir_lens: GroupwiseGRPOConfig options set on every config a test builds, unless the test
-# sets the option itself. The adapter's options are being renamed (issue 22, item 5): when they
+# sets the option itself. The adapter's options are being renamed: when they
 # are, edit this dict only.
 AMIR_LENS_OPTIONS: dict[str, Any] = {
     "amir": True,

@@ -1,4 +1,4 @@
-"""Answer checking by kind of answer (issue 16): the groupwise mode reads what math-verify reads
+"""Answer checking by kind of answer: the groupwise mode reads what math-verify reads
 (unboxed LaTeX, relations, sets, several boxes, golds with delimiters, number formats) and keeps
 our own rules where they know more. Hand-written (completion, gold, expected status) cases."""
 

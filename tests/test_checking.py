@@ -151,7 +151,7 @@ def test_unparsed_answers_are_compared_as_text_and_counted(
         "error": 0,
         "unparsed": 1,
     }
-    # counted, not warned about: only timeouts and errors print a line (issue 31 item 6)
+    # counted, not warned about: only timeouts and errors print a line
     assert "answer checking" not in caplog.text
 
 

@@ -1,5 +1,5 @@
 """Checkpoints carry a manifest (sizes and SHA-256 of every file, written last) and resume takes
-the newest intact one, naming each damaged one it skipped and why (issue 14, item 5)."""
+the newest intact one, naming each damaged one it skipped and why."""
 
 from __future__ import annotations
 

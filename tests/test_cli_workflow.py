@@ -1,4 +1,4 @@
-"""Train, then evaluate what was trained, as a newcomer types it (issue 34): every test drives
+"""Train, then evaluate what was trained, as a newcomer types it: every test drives
 `groupwise` in a subprocess, as a terminal would, and reads what it printed and left on disk."""
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml")
 
 
-# --- issue 14: every value checked at load, before any model or data ---------------------------
+# --- every value checked at load, before any model or data ------------------------------------
 
 BAD_VALUES = [
     (["rollout.temperature=0"], "rollout.temperature must be > 0 (training scores"),

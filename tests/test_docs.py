@@ -17,7 +17,7 @@ import pytest
 from groupwise.train.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE_DIRS = ("src", "tests", "bench", "scripts", "configs")
+SOURCE_DIRS = ("src", "tests", "bench", "testbed", "scripts", "configs")
 SOURCE_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".toml"}
 # They are about citations: their examples are not citations.
 NOT_SCANNED = {"tests/test_docs.py"}
@@ -26,6 +26,7 @@ MARKDOWN = [
     ROOT / "CONTRIBUTING.md",
     ROOT / "CHANGELOG.md",
     ROOT / "bench" / "results" / "README.md",
+    ROOT / "testbed" / "README.md",
     *sorted((ROOT / "docs").rglob("*.md")),
 ]
 GUIDES_LINKED_FROM_README = ("verl.md", "distributed.md", "calibration.md")
@@ -206,19 +207,28 @@ def test_readme_is_under_16000_bytes() -> None:
     assert size < README_LIMIT, f"README.md is {size} bytes; move details into docs/"
 
 
-def test_every_result_file_is_listed_in_the_results_index() -> None:
-    results = ROOT / "bench" / "results"
-    index = (results / "README.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize(
+    ("results", "index_file", "prefix"),
+    [
+        ("bench/results", "bench/results/README.md", ""),
+        ("testbed/results", "testbed/README.md", "results/"),
+    ],
+)
+def test_every_result_file_is_listed_in_the_results_index(
+    results: str, index_file: str, prefix: str
+) -> None:
+    folder_path = ROOT / results
+    index = (ROOT / index_file).read_text(encoding="utf-8")
     listed = set(re.findall(r"`([^`\s]+)`", index))
     missing = []
-    for path in sorted(results.rglob("*")):
-        if not path.is_file() or path == results / "README.md":
+    for path in sorted(folder_path.rglob("*")):
+        if not path.is_file() or path == ROOT / index_file:
             continue
-        relative = path.relative_to(results).as_posix()
-        folder = path.parent.relative_to(results).as_posix() + "/"
+        relative = prefix + path.relative_to(folder_path).as_posix()
+        folder = prefix + path.parent.relative_to(folder_path).as_posix() + "/"
         if relative not in listed and folder not in listed:
             missing.append(relative)
-    assert not missing, "bench/results/README.md does not list: " + ", ".join(missing)
+    assert not missing, f"{index_file} does not list: " + ", ".join(missing)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -435,7 +435,7 @@ def test_eval_end_to_end_tiny_random_with_adapter(
     assert "top_p: saved 1.0, now 0.9" in capsys.readouterr().err
 
 
-# ----------------------------------------------------------------------------- issue 14, item 7
+# --- refused eval runs: one line, exit 2, before any model loads ------------------------------
 
 
 def _refused(
@@ -540,7 +540,7 @@ def test_folder_without_samples_takes_other_settings(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "config.json").read_text())["max_new_tokens"] == 8
 
 
-# ----------------------------------------------------------------------------- issue 14, item 8
+# --- real evaluations of a tiny model -----------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The trainer learns: GRPO on the easy `arith` level raises the held-out accuracy of the tiny SFT
 base policy (groupwise.sft) by a clear margin, with fixed seeds, on a CPU in under 2 minutes.
-And the learning testbed's statistics (bench/learning_stats.py, bench/learning_report.py) give
+And the learning testbed's statistics (testbed/stats.py, testbed/report.py) give
 the hand-computed intervals on tiny tables.
 
 Accuracy is pass@1 at temperature 1.0 (the mean correctness of SAMPLES_PER_PROBLEM samples) on
@@ -12,7 +12,6 @@ the same sampling seed.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,19 +26,19 @@ from groupwise.rollout import SamplingParams, TransformersGenerator
 from groupwise.sft import SFTSettings, load_base_policy
 from groupwise.train.config import load_config
 from groupwise.train.trainer import Trainer
+from testbed import learning, plan
+from testbed import report as learning_report
+from testbed import stats as learning_stats
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "testbed_arith.yaml"
-sys.path.insert(0, str(REPO / "bench"))
-import learning_report  # noqa: E402  (bench/learning_report.py)
-import learning_stats  # noqa: E402  (bench/learning_stats.py)
 
 # The base policy, spelled out so that the test does not move when presets are retuned: the
 # quick preset's model (2 layers, hidden 64) trained longer than the preset, until its samples
 # at temperature 1 are right about 3 times in 4 while its greedy answers are right about 9 in
 # 10. RL lifts such a policy quickly, by making it surer of what it already gets right; a base
 # whose greedy answers are wrong as often as its samples barely moves in a CPU-sized budget
-# (bench/results/learning.md).
+# (testbed/results/learning.md).
 BASE = SFTSettings(
     levels=("easy",),
     examples=2000,
@@ -246,28 +245,25 @@ def test_mechanism_numbers_pool_steps_by_hand() -> None:
 def test_the_complete_part_of_a_stopped_bench(tmp_path: Path) -> None:
     # --report-only reports the first seeds complete for every method; a control not run for
     # them is left out, and both are named.
-    import learning
-    import learning_plan
-
-    settings = learning_plan.BenchSettings(
+    settings = plan.BenchSettings(
         **{
-            **learning_plan.PRESETS["smoke"].to_dict(),
+            **plan.PRESETS["smoke"].to_dict(),
             "levels": {"easy": ("grpo", "lens", "grpo_m2")},
             "seeds": (0, 1, 2),
         }
     )
     done = [("grpo", 0), ("lens", 0), ("grpo", 1), ("lens", 1), ("grpo", 2), ("grpo_m2", 0)]
     for method, seed in done:
-        folder = learning_plan.RunSpec("easy", method, seed).folder(tmp_path)
+        folder = plan.RunSpec("easy", method, seed).folder(tmp_path)
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text("{}")
 
     part, left_out = learning.complete_part(settings, tmp_path)
     assert part.seeds == (0, 1)
     assert part.levels == {"easy": ("grpo", "lens")}
-    assert left_out == ["seeds [2]", f"the {learning_plan.METHODS['grpo_m2'].label} control"]
+    assert left_out == ["seeds [2]", f"the {plan.METHODS['grpo_m2'].label} control"]
 
-    (learning_plan.RunSpec("easy", "grpo_m2", 1).folder(tmp_path)).mkdir(parents=True)
-    (learning_plan.RunSpec("easy", "grpo_m2", 1).folder(tmp_path) / "summary.json").write_text("{}")
+    (plan.RunSpec("easy", "grpo_m2", 1).folder(tmp_path)).mkdir(parents=True)
+    (plan.RunSpec("easy", "grpo_m2", 1).folder(tmp_path) / "summary.json").write_text("{}")
     part, left_out = learning.complete_part(settings, tmp_path)
     assert part.levels == {"easy": ("grpo", "lens", "grpo_m2")} and left_out == ["seeds [2]"]

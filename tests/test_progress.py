@@ -53,7 +53,7 @@ def test_postfix_keeps_the_latest_heldout_accuracy() -> None:
 
 
 def test_postfix_counts_answer_checks_only_in_a_step_that_had_some() -> None:
-    # issue 31 item 6: a count in the bar, not a warning line under it at every step
+    # a count in the bar, not a warning line under it at every step
     quiet = {**RECORD, "answers_unparsed": 0, "answers_timeout": 0, "answers_error": 0}
     assert "checks text/timeout/err" not in ProgressLine().postfix(quiet)
     noisy = {**quiet, "answers_unparsed": 1, "answers_error": 2}

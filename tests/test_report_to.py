@@ -1,4 +1,4 @@
-"""train.report_to (issue 32, item 5): a tiny `groupwise train` run with every logger, offline
+"""train.report_to: a tiny `groupwise train` run with every logger, offline
 (wandb's offline mode, trackio's local store, mlflow's file store, TensorBoard event files),
 and what each logger holds read back with the logger's own reader equals metrics.jsonl, step
 by step, held-out metrics included; a logger whose package is missing is a one-line error

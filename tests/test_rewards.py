@@ -405,7 +405,7 @@ def test_preset_constants() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# A plugin component that misbehaves is named in the error (issue 14).
+# A plugin component that misbehaves is named in the error.
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), None, "0.5"])

@@ -1,4 +1,4 @@
-"""A run folder belongs to one run (issue 14, items 1-5): a fresh start never reuses a used
+"""A run folder belongs to one run: a fresh start never reuses a used
 folder, --overwrite really starts clean, a second training is locked out (and kill -9 leaves no
 stale lock), --resume refuses changed settings by name, never deletes a valid log line, and
 starts from the newest intact checkpoint."""
@@ -330,7 +330,7 @@ def test_a_run_saved_before_the_std_option_resumes_with_the_population_std(tmp_p
     RunFolder.open(tmp_path, population, "resume").close()
 
 
-# --- issue 34 item 3: a start that never finished a step blocks nothing --------------------------
+# --- a start that never finished a step blocks nothing --------------------------------------
 
 
 def test_a_start_that_never_ran_removes_what_it_wrote(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Non-finite values stop sampling and training with a clear error (issue 14, item 6): the
+"""Non-finite values stop sampling and training with a clear error: the
 sampler refuses logits that define no distribution instead of returning token id V (which
 crashed the next embedding lookup) or token 0 at temperature 0; check_finite is the trainer's
 guard for losses and gradient norms."""

@@ -175,6 +175,7 @@ def test_the_ground_floor_imports_no_engine_or_command() -> None:
 
 
 BENCH = PACKAGE.parents[1] / "bench"
+TESTBED = PACKAGE.parents[1] / "testbed"
 
 
 def bench_graph(root: Path = BENCH) -> dict[str, set[str]]:
@@ -188,14 +189,26 @@ def bench_graph(root: Path = BENCH) -> dict[str, set[str]]:
     return graph
 
 
-def test_bench_has_no_import_cycles_and_its_plans_are_leaves() -> None:
-    graph = bench_graph()
-    loops = cycles(graph)
-    assert not loops, "bench modules that import each other: " + "; ".join(
-        " <-> ".join(c) for c in loops
-    )
-    assert graph["learning_plan"] == set() and graph["learning_stats"] == set()
-    assert "learning" not in graph["learning_report"]
+def testbed_graph() -> dict[str, set[str]]:
+    """testbed module -> the testbed modules it imports (relative imports inside the package)."""
+    modules = {path.stem for path in TESTBED.glob("*.py")} - {"__init__"}
+    graph: dict[str, set[str]] = {}
+    for name in modules:
+        names = _imported_names(TESTBED / f"{name}.py", f"testbed.{name}")
+        graph[name] = {n.split(".")[1] for n in names if n.startswith("testbed.")} - {name}
+    return graph
+
+
+def test_bench_and_the_testbed_have_no_import_cycles_and_the_plans_are_leaves() -> None:
+    for graph in (bench_graph(), testbed_graph()):
+        loops = cycles(graph)
+        assert not loops, "modules that import each other: " + "; ".join(
+            " <-> ".join(c) for c in loops
+        )
+    graph = testbed_graph()
+    assert graph["plan"] == set() and graph["stats"] == set()
+    assert "learning" not in graph["report"]
+    assert not any("learning" in p.stem for p in BENCH.glob("*.py")), "the testbed is testbed/"
 
 
 def test_bench_and_the_package_import_nothing_of_the_tests() -> None:
@@ -203,7 +216,7 @@ def test_bench_and_the_package_import_nothing_of_the_tests() -> None:
     # server: groupwise.rollout.vllm_server), so that bench/ runs without tests/ on the path
     test_modules = {path.stem for path in Path(__file__).parent.glob("*.py")}
     found = []
-    for path in [*PACKAGE.rglob("*.py"), *(PACKAGE.parents[1] / "bench").glob("*.py")]:
+    for path in [*PACKAGE.rglob("*.py"), *BENCH.glob("*.py"), *TESTBED.glob("*.py")]:
         names = _imported_names(path, path.stem)
         found += [f"{path.name} imports {name}" for name in names if name in test_modules]
     assert not found, "; ".join(found)

@@ -1,4 +1,4 @@
-"""`groupwise train` (issue 14): user errors are one line and exit status 2 (the traceback behind
+"""`groupwise train`: user errors are one line and exit status 2 (the traceback behind
 --debug or GROUPWISE_DEBUG=1), the run folder's policy holds on the command line, --overwrite
 starts clean, a resume skips a damaged checkpoint, and a run stopped by a signal or by a
 non-finite value exits non-zero saying what to do."""

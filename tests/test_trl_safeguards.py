@@ -1,5 +1,5 @@
 """GroupwiseGRPOTrainer as a TRL user meets it: no silent no-op, the rollout log-probs TRL's loss
-uses, no crash where TRL goes on, lambda's bounds said, TRL's names and silence (issue 22).
+uses, no crash where TRL goes on, lambda's bounds said, TRL's names and silence.
 
 Each test names the finding it pins:
 1. an AMIR margin that cannot mine a pair is refused when knowable, else warned about once;

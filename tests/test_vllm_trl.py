@@ -6,7 +6,7 @@ run without correction also evaluates held-out pass@k through the colocated engi
 (PassAtKCallback).
 
 On these real vLLM rollouts the rollout l(q, o) that LENS and AMIR use are the old policy TRL's
-loss uses (issue 22, finding 2), the trained weights reach vLLM (its sampling log-probs follow
+loss uses, the trained weights reach vLLM (its sampling log-probs follow
 the policy), and the steps train.
 """
 

@@ -1,6 +1,6 @@
 """A few optimizer steps of GroupwiseGRPOTrainer (AMIR-GRPO + LENS) on trl_support's fixed batch,
 in one process or under `accelerate launch` (FSDP2, DeepSpeed ZeRO; on a CPU with gloo, on GPUs
-with NCCL), for tests/test_trl_fsdp.py and bench/gpu_check.sh's sharded stage; see
+with NCCL), for tests/test_trl_fsdp.py and scripts/gpu_check.sh's sharded stage; see
 docs/guides/distributed.md.
 
     python tests/trl_fsdp_run.py OUT full lora

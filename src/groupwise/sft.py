@@ -85,7 +85,7 @@ class SFTSettings:
     The policy is weak on purpose (RL needs room); ``steps`` is the knob: accuracy climbs
     steeply between 500 and 700 steps (mid 13 % -> 40 %). The ``long`` level (mid with a sixth
     operation) is not in the default mix; the default policy solves 10 % of it (200 test
-    problems x 16 samples, bench/results/learning.md).
+    problems x 16 samples, testbed/results/learning.md).
     """
 
     levels: tuple[str, ...] = option(

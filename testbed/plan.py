@@ -1,6 +1,6 @@
 """What the learning testbed runs: its methods, presets and run specs, and each run's overrides of
-configs/testbed_arith.yaml (bench/learning.py runs them, bench/learning_report.py reports them).
-A leaf: it imports nothing else of bench/."""
+configs/testbed_arith.yaml (testbed/learning.py runs them, testbed/report.py reports them).
+A leaf: it imports nothing else of testbed/."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CONFIG = REPO / "configs" / "testbed_arith.yaml"
 
-RESULTS_DIR = REPO / "bench" / "results"
+RESULTS_DIR = REPO / "testbed" / "results"
 
 
 @dataclass(frozen=True)
@@ -256,7 +256,7 @@ PRESETS: dict[str, BenchSettings] = {
     ),
 }
 
-# Presets whose complete runs write bench/results/NAME.md (and .json, figures).
+# Presets whose complete runs write testbed/results/NAME.md (and .json, figures).
 COMMITTED = {"full": "learning", "plateau": "learning-plateau"}
 
 

@@ -1,4 +1,4 @@
-"""Statistics of the learning testbed (bench/learning.py): each method's difference to GRPO
+"""Statistics of the learning testbed (testbed/learning.py): each method's difference to GRPO
 with a 95 % interval, paired over training seeds and bootstrapped over held-out problems.
 
 Every method is trained with the same seeds and evaluated on the same problems with the same

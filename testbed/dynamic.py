@@ -10,17 +10,17 @@ steps). The learning rate is constant (no warm-up): a schedule over steps would 
 different point of the budget in runs with and without dynamic sampling. Each run evaluates
 its policy on the same held-out `arith` test problems with the same sampling seeds every
 --eval-every steps and at its end (train.eval_every), so the final accuracies are paired over
-seeds and over problems (bench/learning_stats.py).
+seeds and over problems (testbed/stats.py).
 
 Runs go one at a time (a nice'd subprocess, one torch thread), seed-major, so a stopped
 bench has whole seeds of every method; the same command resumes it: complete runs are
 skipped, a started one continues from its checkpoint (`groupwise train --resume`).
 
-    nice python bench/learning_dynamic.py                   # the comparison (about an hour)
-    python bench/learning_dynamic.py --report-only          # the results of the runs so far
-    python bench/learning_dynamic.py --seeds 0 --budget 512 --output /tmp/ld   # a smoke run
+    nice python -m testbed.dynamic                   # the comparison (about an hour)
+    python -m testbed.dynamic --report-only          # the results of the runs so far
+    python -m testbed.dynamic --seeds 0 --budget 512 --output /tmp/ld   # a smoke run
 
-Outputs: OUTPUT/METHOD/seedS/ (the run folders) and, with --results (default: bench/results
+Outputs: OUTPUT/METHOD/seedS/ (the run folders) and, with --results (default: testbed/results
 when the output is the default), dynamic_sampling.md, dynamic_sampling.json and
 dynamic_sampling.png.
 """
@@ -40,12 +40,11 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_stats import difference_to_reference
+from .stats import difference_to_reference
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "configs" / "testbed_arith.yaml"
-RESULTS = REPO / "bench" / "results"
+RESULTS = REPO / "testbed" / "results"
 DEFAULT_OUTPUT = REPO / "runs" / "learning-dynamic"
 REFERENCE = "GRPO"
 
@@ -190,9 +189,9 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
         "# Drop them or learn from them: dynamic sampling beside LENS, at equal completions",
         "",
         f"- written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by "
-        "`bench/learning_dynamic.py`; machine: 2 cores shared, each run one nice'd process "
+        "`testbed/dynamic.py`; machine: 2 cores shared, each run one nice'd process "
         "with one torch thread",
-        f"- command: `nice python bench/learning_dynamic.py --budget {args.budget} --seeds "
+        f"- command: `nice python -m testbed.dynamic --budget {args.budget} --seeds "
         f"{' '.join(map(str, args.seeds))} --eval-every {args.eval_every} --eval-problems "
         f"{args.eval_problems} --eval-samples {args.eval_samples}`",
         f"- every run: configs/testbed_arith.yaml at level `{args.level}`, 16 questions x 8 "

@@ -1,5 +1,5 @@
-"""The learning testbed's results (bench/learning.py): per level, pass@k per method, each
-method's difference to GRPO with its intervals (bench/learning_stats.py), held-out curves, the
+"""The learning testbed's results (testbed/learning.py): per level, pass@k per method, each
+method's difference to GRPO with its intervals (testbed/stats.py), held-out curves, the
 LENS and AMIR-GRPO mechanisms per step, sentences computed from those numbers, and the figures;
 written as learning.md, learning.json and learning*.png from the runs' summaries.
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from learning_plan import (
+
+from .plan import (
     AMIR_METHODS,
     BASE,
     CONFIG,
@@ -27,7 +28,7 @@ from learning_plan import (
     machine,
     train_overrides,
 )
-from learning_stats import difference_to_reference, paired_seed_interval
+from .stats import difference_to_reference, paired_seed_interval
 
 SMOOTH = 9  # steps of the moving average in the figures
 

@@ -11,7 +11,7 @@ of `groupwise analyze margin`, from samples saved with their mean log-probs); af
 on the level's held-out `arith` test problems with n samples per problem at temperature 1.0
 (unbiased pass@k, docs/algorithms.md §4). The base policy's own evaluation is the baseline and step
 0. Every method uses the same training seeds and the same evaluation problems and sampling seeds,
-so its difference to GRPO is paired over seeds and over problems (bench/learning_stats.py).
+so its difference to GRPO is paired over seeds and over problems (testbed/stats.py).
 
 Budgets: every method samples questions_per_step x group_size completions per step for `steps`
 steps. The GSPO entry and its control split each rollout batch into 2 PPO mini-batches (one
@@ -23,19 +23,19 @@ Outputs, under --output (default runs/learning, runs/learning-PRESET): LEVEL/MET
 trainer's run folder: metrics.jsonl, checkpoints, final/model; curve/step-N/ and eval/, each an
 evaluation folder with samples and results; summary.json when the run is complete), LEVEL/base/
 for the baseline, invocations.json (every invocation's command, start, wall time and load), and
-the results of bench/learning_report.py: learning.md, learning.json and the figures
+the results of testbed/report.py: learning.md, learning.json and the figures
 learning.png, learning-lens.png, learning-amir.png; a complete full preset also writes them to
-bench/results/ (the plateau preset as learning-plateau.*). Ctrl-C or SIGTERM: each training run
+testbed/results/ (the plateau preset as learning-plateau.*). Ctrl-C or SIGTERM: each training run
 finishes its step, checkpoints and the bench stops; the same command resumes it (complete runs
 are skipped, a training run continues from its checkpoint, an evaluation from its last problem).
 Runs write only their own folders, so --jobs N runs N of them in parallel (one torch thread each
 by default: on a small CPU, one thread per process beats two processes sharing two threads).
 
-    python bench/learning.py --jobs 2           # full preset (about 4.5 hours on 2 cores)
-    python bench/learning.py --quick --jobs 2   # a first look (about 15 minutes on 2 cores)
-    python bench/learning.py --preset plateau --jobs 2   # GRPO at a constant lr, 200 steps
-    python bench/learning.py --preset smoke     # a minute: every method, end to end
-    python bench/learning.py --report-only      # the results of the runs complete so far
+    python -m testbed.learning --jobs 2           # full preset (about 4.5 hours on 2 cores)
+    python -m testbed.learning --quick --jobs 2   # a first look (about 15 minutes on 2 cores)
+    python -m testbed.learning --preset plateau --jobs 2   # GRPO at a constant lr, 200 steps
+    python -m testbed.learning --preset smoke     # a minute: every method, end to end
+    python -m testbed.learning --report-only      # the results of the runs complete so far
 """
 
 from __future__ import annotations
@@ -59,8 +59,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_plan import (
+from .plan import (
     BASE,
     COMMITTED,
     CONFIG,
@@ -400,7 +399,7 @@ def complete_part(settings: BenchSettings, root: Path) -> tuple[BenchSettings, l
 
 def report_so_far(settings: BenchSettings, root: Path, preset: str) -> int:
     """--report-only: the results of the complete part of the bench (complete_part), into the
-    output folder and, for a committed preset, bench/results, with a header naming the part."""
+    output folder and, for a committed preset, testbed/results, with a header naming the part."""
     part, left_out = complete_part(settings, root)
     if not part.seeds:
         raise SystemExit(f"{root}: no seed is complete for every method yet")
@@ -416,7 +415,7 @@ def report_so_far(settings: BenchSettings, root: Path, preset: str) -> int:
     invocations = json.loads(path.read_text()) if path.is_file() else []
     folders = [root] + ([RESULTS_DIR] if preset in COMMITTED else [])
     name = COMMITTED.get(preset, "learning")
-    from learning_report import write_results
+    from .report import write_results
 
     print(
         write_results(part, summaries, folders, invocations=invocations, name=name, status=status)
@@ -507,7 +506,9 @@ def _train_and_report(
         return record_invocation(
             root,
             {
-                "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+                "command": " ".join(
+                    shlex.quote(a) for a in ["python", "-m", "testbed.learning", *sys.argv[1:]]
+                ),
                 "started": started_at,
                 "wall_seconds": time.perf_counter() - started,
                 "runs_made": complete_runs(settings, root) - before,
@@ -534,7 +535,7 @@ def _train_and_report(
     )
     folders = [root] + ([RESULTS_DIR] if complete else [])
     name = COMMITTED.get(preset, "learning")
-    from learning_report import write_results
+    from .report import write_results
 
     text = write_results(settings, summaries, folders, invocations=invocations, name=name)
     print(text)
