@@ -396,3 +396,18 @@ def test_pass_at_1_agrees_across_the_three_engines(
     )
     assert all(p >= 1e-3 for pair in p_values.values() for p in pair), p_values
     assert sum(same) >= 0.9 * len(same), sum(same)
+
+
+def test_on_a_cpu_the_kv_cache_is_sized_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's CPU worker reserves 0.92 of the host's memory by default and refuses to start
+    beside other processes; groupwise gives it a fixed cache unless the environment or the
+    engine arguments size it."""
+    from groupwise.rollout.vllm_engine import CPU_KV_CACHE_GIB, engine_arguments
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    args = engine_arguments(MODEL, "float32", 0, {"max_model_len": 2048}, {})
+    assert args["kv_cache_memory_bytes"] == CPU_KV_CACHE_GIB * 2**30 == 2 * 2**30
+    told = engine_arguments(MODEL, "float32", 0, {"gpu_memory_utilization": 0.3}, {})
+    assert "kv_cache_memory_bytes" not in told and told["gpu_memory_utilization"] == 0.3
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    assert "kv_cache_memory_bytes" not in engine_arguments(MODEL, "float32", 0, {}, {})

@@ -22,6 +22,7 @@ process.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
@@ -113,6 +114,17 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+CPU_KV_CACHE_GIB = 2
+"""The KV cache of a vLLM engine on a CPU when neither VLLM_CPU_KVCACHE_SPACE nor the engine
+arguments size it (GiB)."""
+
+
+def _cpu_cache_sized(extra: Mapping[str, Any]) -> bool:
+    """Whether the environment or `extra` says how much memory vLLM's CPU cache takes."""
+    sizing = ("kv_cache_memory_bytes", "gpu_memory_utilization")
+    return bool(os.environ.get("VLLM_CPU_KVCACHE_SPACE")) or any(k in extra for k in sizing)
+
+
 def engine_arguments(
     model: str,
     dtype: str,
@@ -146,6 +158,11 @@ def engine_arguments(
             enable_chunked_prefill=False,
             max_num_batched_tokens=max(4096, length),
         )
+        if not _cpu_cache_sized(extra):
+            # vLLM's CPU worker reserves gpu_memory_utilization (0.92) of the host's memory
+            # and refuses to start when other processes hold more than 8 % of it; a fixed
+            # cache starts beside them.
+            args["kv_cache_memory_bytes"] = CPU_KV_CACHE_GIB * 2**30
     args.update(extra)
     return args
 
