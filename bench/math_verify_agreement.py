@@ -15,6 +15,8 @@ checker, and the rows each checker gets wrong.
 
     git clone https://github.com/huggingface/Math-Verify /tmp/Math-Verify
     python bench/math_verify_agreement.py --tests /tmp/Math-Verify/tests
+    .venv-verl/bin/python bench/math_verify_agreement.py --tests /tmp/Math-Verify/tests \\
+        --results math_verify_agreement_verl     # verl's antlr4 4.9.3
 """
 
 from __future__ import annotations
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=Path, required=True, help="Math-Verify's tests folder")
     parser.add_argument("--modes", default=",".join(MODES), help="groupwise modes to judge")
+    parser.add_argument(
+        "--results", default="math_verify_agreement", help="bench/results/NAME.md (per environment)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cases = collect_cases(args.tests)
@@ -179,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         ["checker", "file", "gold", "prediction (end)", "expected", "verdict"], cells
     )
     write_results(
-        "math_verify_agreement",
+        args.results,
         "Agreement with Math-Verify's test expectations",
         [("Agreement per test file", table), ("Every disagreement", disagreements)],
         load_before=load_before,
