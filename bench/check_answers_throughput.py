@@ -11,35 +11,31 @@ Workloads, N completions each, half of them wrong:
   math-verify's extraction reads the whole text (older code took the last number). Its
   verdict counts show how many each version gets right; all are right in principle.
 
-Each measurement runs in a child process on the code found on its PYTHONPATH, so that this
-checkout ("new") and another one ("old", `--baseline OTHER/src`) are measured alternately,
-round after round, under the same load; the load average is recorded before every run. The
+Each measurement runs in a fresh child process (one per mode and round), the modes alternating
+round after round under the same load; the load average is recorded before every run. The
 table gives the median over rounds (and every round). Writes
 bench/results/check_answers_throughput.md (command, machine, date, table).
 
-    python bench/check_answers_throughput.py --n 1000 --workers 2 --rounds 3 \\
-        --baseline /work/main/src
-    python bench/check_answers_throughput.py --modes   # the checking modes of this checkout
+    python bench/check_answers_throughput.py             # the checker's default mode
+    python bench/check_answers_throughput.py --modes     # every checking mode
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "check_answers_throughput.md"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, load_average, write_results
+
 # amir_eval is left out: these completions have no <answer> block, so it reads none of them.
 MODES = ("groupwise", "math_verify", "amir_official")
-os.environ.setdefault("GROUPWISE_DATA", str(REPO.parent / "shared" / "data"))
 
 
 def gsm8k_batch(n: int) -> tuple[list[str], list[str]]:
@@ -97,7 +93,7 @@ def unboxed_batch(n: int) -> tuple[list[str], list[str]]:
 
 def measure(n: int, workers: int, repeats: int, mode: str | None) -> dict:
     """One child run: seconds per batch and the verdict counts of each workload's last batch.
-    mode None: the checker's default (the only choice older code has)."""
+    mode None: the checker's default."""
     from groupwise.rewards import AnswerChecker, summarize
 
     options = {} if mode is None else {"mode": mode}
@@ -126,11 +122,11 @@ def measure(n: int, workers: int, repeats: int, mode: str | None) -> dict:
     return {"rows": rows, "summaries": summaries}
 
 
-def run_child(src: Path, args: argparse.Namespace, mode: str | None) -> dict:
-    """`measure` in a fresh interpreter importing groupwise from `src`; adds the load average
-    seen just before it started."""
+def run_child(args: argparse.Namespace, mode: str | None) -> dict:
+    """`measure` in a fresh interpreter importing this checkout's groupwise; adds the load
+    average seen just before it started."""
     load = os.getloadavg()[0]
-    env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1")
     command = [sys.executable, __file__, "--child", "--n", str(args.n)]
     command += ["--workers", str(args.workers), "--repeats", str(args.repeats)]
     command += ["--mode", mode] if mode else []
@@ -145,10 +141,10 @@ def _rate(answers: int, seconds: float) -> str:
 
 
 def table(runs: dict[str, list[dict]]) -> str:
-    """One row per workload and code version: median seconds over rounds, answers per second
+    """One row per workload and checking mode: median seconds over rounds, answers per second
     at the median, and every round's seconds."""
     lines = [
-        "| run | version | answers | median s | answers/s | rounds (s) |",
+        "| run | mode | answers | median s | answers/s | rounds (s) |",
         "|---|---|---|---|---|---|",
     ]
     first = next(iter(runs.values()))[0]["rows"]
@@ -170,7 +166,6 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--repeats", type=int, default=3, help="timed gsm8k batches")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
-    parser.add_argument("--baseline", type=Path, default=None, help="src folder of old code")
     parser.add_argument("--modes", action="store_true", help="measure every checking mode")
     parser.add_argument("--mode", default=None, choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -179,17 +174,14 @@ def main() -> int:
         print(json.dumps(measure(args.n, args.workers, args.repeats, args.mode)))
         return 0
 
-    versions: list[tuple[str, Path, str | None]] = []
-    if args.baseline is not None:
-        versions.append((f"old ({args.baseline})", args.baseline, None))
-    modes = MODES if args.modes else (None,)
-    versions += [("new" if mode is None else f"new, {mode}", REPO / "src", mode) for mode in modes]
-    runs: dict[str, list[dict]] = {name: [] for name, _, _ in versions}
+    load_before = load_average()
+    modes: tuple[str | None, ...] = MODES if args.modes else (None,)
+    runs: dict[str, list[dict]] = {mode or "default": [] for mode in modes}
     for round_ in range(args.rounds):
-        for name, src, mode in versions:
-            runs[name].append(run_child(src, args, mode))
+        for mode in modes:
+            name = mode or "default"
+            runs[name].append(run_child(args, mode))
             print(f"round {round_ + 1} {name}: load {runs[name][-1]['load']:.2f}", flush=True)
-    text = table(runs)
     loads = "; ".join(
         name + ": " + ", ".join(f"{run['load']:.2f}" for run in runs[name]) for name in runs
     )
@@ -198,30 +190,21 @@ def main() -> int:
         for name in runs
         for workload, counts in runs[name][-1]["summaries"].items()
     )
-    print(text)
-    print(verdicts)
-    machine = (
-        f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
-        f"Python {platform.python_version()} (other jobs share the CPUs)"
+    write_results(
+        "check_answers_throughput",
+        "check_answers throughput",
+        [("Seconds per batch", table(runs)), ("Verdicts (last round, last batch)", verdicts)],
+        load_before=load_before,
+        notes=f"{args.n} completions per workload, half wrong; {args.workers} worker processes, "
+        f"one task per worker at a time, 5 s timeout per answer. Each run is a fresh process; "
+        f"the modes alternate within each of {args.rounds} rounds.\n\n"
+        f"1-minute load average before each run, in round order: {loads}",
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        "# check_answers throughput\n\n"
-        f"Command: `python {' '.join(['bench/check_answers_throughput.py', *sys.argv[1:]])}`\n\n"
-        f"Machine: {machine}\n\n"
-        f"Date: {datetime.datetime.now().isoformat(timespec='seconds')}\n\n"
-        f"{args.n} completions per workload, half wrong; {args.workers} worker processes, one "
-        f"task per worker at a time, 5 s timeout per answer. Each run is a fresh process; "
-        f"the versions alternate within each of {args.rounds} rounds.\n\n"
-        f"1-minute load average before each run, in round order: {loads}\n\n"
-        f"{text}\n\nVerdicts (last round, last batch of each workload):\n\n{verdicts}\n"
-    )
-    print(f"wrote {RESULTS}")
     expected = (args.n + 1) // 2
     off = {
         (name, workload): counts["correct"]
-        for name, _, mode in versions
-        if mode in (None, "groupwise")  # the other modes read these answers differently
+        for name in runs
+        if name in ("default", "groupwise")  # the other modes read these answers differently
         for workload, counts in runs[name][-1]["summaries"].items()
         if workload != "unboxed" and counts["correct"] != expected
     }

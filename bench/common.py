@@ -1,5 +1,6 @@
 """Shared helpers of the bench scripts: machine description, load average, Markdown tables and
-the results file (command, machine, date, table) every bench writes under bench/results/."""
+the results file (command, machine, date, table, and the file's History section kept) every
+bench writes under bench/results/."""
 
 from __future__ import annotations
 
@@ -109,6 +110,21 @@ def command_line() -> str:
     return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
 
 
+HISTORY = "## History"
+"""Heading of a results file's record of earlier measurements and one-off comparisons (written
+by hand, dated, each with its command), which a rerun of the bench keeps."""
+
+
+def kept_history(path: Path) -> str:
+    """The History section of the results file at `path`, heading included ('' if none)."""
+    text = path.read_text() if path.is_file() else ""
+    start = text.find(f"\n{HISTORY}\n")
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + 1)
+    return text[start + 1 : end if end >= 0 else len(text)].strip()
+
+
 def write_results(
     name: str,
     title: str,
@@ -118,8 +134,11 @@ def write_results(
     notes: str = "",
 ) -> Path:
     """Writes bench/results/{name}.md: title, command, date, machine, load averages (before and
-    after the run), then each (heading, body) section; prints the same text; returns the path."""
+    after the run), then each (heading, body) section, then the file's History section as it
+    was; prints the same text; returns the path."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.md"
+    history = kept_history(path)
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     header = [
         f"# {title}",
@@ -134,8 +153,9 @@ def write_results(
         body += [notes.strip(), ""]
     for heading, text in sections:
         body += [f"## {heading}", "", text.strip(), ""]
+    if history:
+        body += [history, ""]
     text = "\n".join(body)
-    path = RESULTS_DIR / f"{name}.md"
     path.write_text(text)
     print(text)
     print(f"written: {path}")

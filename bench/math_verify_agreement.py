@@ -7,17 +7,16 @@ github.com/huggingface/Math-Verify; point --tests at that folder of a checkout: 
 shipped with groupwise). Each row is judged by
 
 - `math-verify`: plain `math_verify.parse` + `verify` with their defaults, the reference;
-- each of groupwise's checking modes (`groupwise.rewards.judge`, `--modes`), on this checkout
-  and, with `--baseline OTHER/src`, on another checkout's code (older code without modes is
-  judged by its default).
+- each of groupwise's checking modes (`groupwise.rewards.judge`, `--modes`).
 
-Every checker runs in its own child process on the code on its PYTHONPATH, with a 10 s alarm
-per case (a timeout counts as a disagreement). Writes bench/results/math_verify_agreement.md:
-agreement per test file and checker, and the rows each checker gets wrong.
+Every checker runs in its own child process, with a 10 s alarm per case (a timeout counts as a
+disagreement). Writes bench/results/math_verify_agreement.md: agreement per test file and
+checker, and the rows each checker gets wrong.
 
     git clone https://github.com/huggingface/Math-Verify /tmp/Math-Verify
-    python bench/math_verify_agreement.py --tests /tmp/Math-Verify/tests \\
-        --baseline /tmp/old/src
+    python bench/math_verify_agreement.py --tests /tmp/Math-Verify/tests
+    .venv-verl/bin/python bench/math_verify_agreement.py --tests /tmp/Math-Verify/tests \\
+        --results math_verify_agreement_verl     # verl's antlr4 4.9.3
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ def _raise_timeout(*_: Any) -> None:
 
 def judge_cases(checker: str, cases: list[dict[str, Any]]) -> list[str]:
     """'correct' / 'wrong' / 'timeout' / 'error: ...' for every case, by `checker`
-    ("math-verify", or a groupwise checking mode, or "default" for code without modes)."""
+    ("math-verify", or a groupwise checking mode)."""
     import logging
 
     logging.disable(logging.WARNING)
@@ -103,8 +102,6 @@ def judge_cases(checker: str, cases: list[dict[str, Any]]) -> list[str]:
         judge = checking.judge
 
         def decide(gold: str, prediction: str) -> bool:
-            if checker == "default":
-                return judge(prediction, gold).correct
             return judge(prediction, gold, mode=checker).correct
 
     signal.signal(signal.SIGALRM, _raise_timeout)
@@ -122,9 +119,9 @@ def judge_cases(checker: str, cases: list[dict[str, Any]]) -> list[str]:
     return verdicts
 
 
-def run_child(checker: str, tests: Path, src: Path) -> list[str]:
-    """judge_cases in a child process importing groupwise from `src`."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
+def run_child(checker: str, tests: Path) -> list[str]:
+    """judge_cases in a child process importing this checkout's groupwise."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     command = [sys.executable, __file__, "--tests", str(tests), "--child", checker]
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -133,8 +130,10 @@ def run_child(checker: str, tests: Path, src: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=Path, required=True, help="Math-Verify's tests folder")
-    parser.add_argument("--baseline", type=Path, help="another checkout's src, judged too")
     parser.add_argument("--modes", default=",".join(MODES), help="groupwise modes to judge")
+    parser.add_argument(
+        "--results", default="math_verify_agreement", help="bench/results/NAME.md (per environment)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cases = collect_cases(args.tests)
@@ -143,12 +142,9 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     load_before = load_average()
-    here = REPO / "src"
-    checkers: dict[str, list[str]] = {"math-verify": run_child("math-verify", args.tests, here)}
-    if args.baseline:
-        checkers[f"baseline ({args.baseline})"] = run_child("default", args.tests, args.baseline)
+    checkers: dict[str, list[str]] = {"math-verify": run_child("math-verify", args.tests)}
     for mode in args.modes.split(","):
-        checkers[f"groupwise, {mode}"] = run_child(mode, args.tests, here)
+        checkers[f"groupwise, {mode}"] = run_child(mode, args.tests)
 
     per_file = Counter(case["file"] for case in cases)
     rows, wrong_rows = [], []
@@ -188,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         ["checker", "file", "gold", "prediction (end)", "expected", "verdict"], cells
     )
     write_results(
-        "math_verify_agreement",
+        args.results,
         "Agreement with Math-Verify's test expectations",
         [("Agreement per test file", table), ("Every disagreement", disagreements)],
         load_before=load_before,

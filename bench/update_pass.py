@@ -8,8 +8,9 @@ sum. Each variant runs in its own process (the malloc setting is process-wide), 
 alternating, `--repeats` passes per process after one warm-up pass.
 
     python bench/update_pass.py                 # 3 rounds x 4 passes per variant
-    PYTHONPATH=OLD/src python bench/update_pass.py --label OLD --results update_pass_old \
-        --variants 'glibc default'
+
+Writes bench/results/update_pass.md; the code before the one-buffer log-prob backward is a
+dated row of its History.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--label", default="this checkout", help="names the code measured")
-    parser.add_argument("--results", default="update_pass", help="bench/results/NAME.md")
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {list(VARIANTS)}"
     )
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         rows,
     )
     write_results(
-        args.results,
+        "update_pass",
         "The training forward + backward pass on a CPU, with and without freed memory kept",
         [("Medians", table)],
         load_before=before,

@@ -175,12 +175,13 @@ def test_the_ground_floor_imports_no_engine_or_command() -> None:
 
 
 BENCH = PACKAGE.parents[1] / "bench"
+PEER = Path(__file__).parent / "peer"
 TESTBED = PACKAGE.parents[1] / "testbed"
 
 
 def bench_graph(root: Path = BENCH) -> dict[str, set[str]]:
-    """bench module -> the bench modules it imports (they import each other by bare name, with
-    bench/ on sys.path), imports inside functions included."""
+    """module of `root` (bench/ or tests/peer/) -> the modules of `root` it imports (they import
+    each other by bare name, with their folder on sys.path), imports inside functions included."""
     modules = {path.stem for path in root.glob("*.py")}
     graph: dict[str, set[str]] = {}
     for path in root.glob("*.py"):
@@ -200,7 +201,7 @@ def testbed_graph() -> dict[str, set[str]]:
 
 
 def test_bench_and_the_testbed_have_no_import_cycles_and_the_plans_are_leaves() -> None:
-    for graph in (bench_graph(), testbed_graph()):
+    for graph in (bench_graph(), bench_graph(PEER), testbed_graph()):
         loops = cycles(graph)
         assert not loops, "modules that import each other: " + "; ".join(
             " <-> ".join(c) for c in loops
@@ -209,6 +210,7 @@ def test_bench_and_the_testbed_have_no_import_cycles_and_the_plans_are_leaves() 
     assert graph["plan"] == set() and graph["stats"] == set()
     assert "learning" not in graph["report"]
     assert not any("learning" in p.stem for p in BENCH.glob("*.py")), "the testbed is testbed/"
+    assert not any("suite" in p.stem for p in BENCH.glob("*.py")), "peer suites are tests/peer/"
 
 
 def test_bench_and_the_package_import_nothing_of_the_tests() -> None:

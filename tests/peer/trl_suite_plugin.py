@@ -1,13 +1,13 @@
 """pytest plugin that runs TRL's GRPO tests offline, with GroupwiseGRPOTrainer in place of
-GRPOTrainer (bench/trl_grpo_suite.py loads it with `-p trl_suite_plugin`).
+GRPOTrainer (tests/peer/trl_grpo_suite.py loads it with `-p trl_suite_plugin`).
 
-Environment (set by the bench):
+Environment (set by trl_grpo_suite.py):
 - TRL_SUITE_MODE: `trl` (TRL's own classes), `swap` (GroupwiseGRPOTrainer / GroupwiseGRPOConfig
   with their defaults: AMIR and LENS off) or `amir_lens` (AMIR_LENS_OPTIONS on, and the
   correctness reward below appended to every trainer's reward functions).
 - TRL_SUITE_STANDINS: the folder trl_suite_standins.build made; `load_dataset` of a
   trl-internal-testing dataset reads its local copy (the models come from the hub cache there,
-  through HF_HOME, which the bench sets).
+  through HF_HOME, which trl_grpo_suite.py sets).
 
 The swap replaces the names GRPOTrainer and GRPOConfig in every collected test module (TRL's
 tests import them with `from trl import ...`); `trl.GRPOTrainer` itself stays TRL's, which the

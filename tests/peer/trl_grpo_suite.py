@@ -10,15 +10,17 @@ TRL's tests are not in its PyPI distributions: point --tests at the tests folder
 checkout that has scripts/ beside it (its dataset scripts build the datasets offline):
 
     git -C TRL_MIRROR archive <commit> tests scripts | tar -x -C /work/trl-src
-    python bench/trl_grpo_suite.py --tests /work/trl-src/tests --mode swap
-    python bench/trl_grpo_suite.py --tests /work/trl-src/tests --mode swap --rerun-failed
+    python tests/peer/trl_grpo_suite.py --tests /work/trl-src/tests --mode swap
+    python tests/peer/trl_grpo_suite.py --tests /work/trl-src/tests --mode swap --rerun-failed
+    python tests/peer/trl_grpo_suite.py --report-only   # rewrite the report from the JSON
 
 Hub models and datasets are replaced by local stand-ins built once (trl_suite_standins.py) under
 --standins; pytest runs with one worker, offline, with trl_suite_plugin loaded. Each run's
 per-test outcomes merge into bench/results/trl_grpo_suite.json (per environment and mode; a
 selective rerun updates only the tests it ran), from which bench/results/trl_grpo_suite.md is
 written: counts, runs (command, wall time, load average, date), TRL's own skips, and every
-failure of `swap` and `amir_lens` classified against the baseline.
+failure of `swap` and `amir_lens` classified against the baseline. It is a compatibility suite,
+not a benchmark: its outcomes are a result, so they live with the others in bench/results/.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the machine line and load average of every result are bench/common.py's
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from common import REPO, RESULTS_DIR, load_average, machine
 from trl_suite_standins import build
 
+PEER = Path(__file__).resolve().parent
 MODES = ("trl", "swap", "amir_lens")
 TEST_FILE = "test_grpo_trainer.py"
 JSON_PATH = RESULTS_DIR / "trl_grpo_suite.json"
@@ -114,7 +118,6 @@ def trl_version() -> str:
 
 def pytest_command(tests: Path, mode: str, standins: Path, *options: str) -> tuple[list, dict]:
     """(argv, environment) of pytest on TRL's GRPO test file in `mode`, offline, one worker."""
-    bench = Path(__file__).resolve().parent
     env = {
         **os.environ,
         "HF_HOME": str(standins / "hf"),
@@ -122,7 +125,7 @@ def pytest_command(tests: Path, mode: str, standins: Path, *options: str) -> tup
         "HF_DATASETS_OFFLINE": "1",
         "TRL_SUITE_MODE": mode,
         "TRL_SUITE_STANDINS": str(standins),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(bench), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PEER), os.environ.get("PYTHONPATH")])),
         # one thread: on a shared 2-core machine more threads per process only contend
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
@@ -233,17 +236,19 @@ def render(results: dict[str, Any]) -> str:
     out = [
         "# TRL's GRPO test suite against GroupwiseGRPOTrainer",
         "",
-        "Written by `bench/trl_grpo_suite.py` (how it works, and how to run it: its docstring).",
+        "Written by `tests/peer/trl_grpo_suite.py` (how it works, and how to run it: its "
+        "docstring).",
         "Modes: `trl` = TRL's own GRPOTrainer/GRPOConfig (baseline); `swap` = "
         "GroupwiseGRPOTrainer/GroupwiseGRPOConfig with defaults (AMIR, LENS off); `amir_lens` = "
         "AMIR-GRPO + LENS on, a binary correctness reward appended "
-        "(`bench/trl_suite_plugin.py`).",
+        "(`tests/peer/trl_suite_plugin.py`).",
         "",
         "Offline: the hub models are stand-ins of the same architecture classes and sizes as "
         "TRL's tiny models, random weights, SmolLM2's tokenizer with each family's special "
         "tokens and TRL's own chat template for it; the datasets are made by TRL's own "
-        "scripts/generate_zen*_dataset.py (`bench/trl_suite_standins.py`). The vision-language "
-        "models have no stand-in: their tests fail in every mode (shared). Mode `amir_lens` "
+        "scripts/generate_zen*_dataset.py (`tests/peer/trl_suite_standins.py`). The "
+        "vision-language models have no stand-in: their tests fail in every mode (shared). "
+        "Mode `amir_lens` "
         "appends `groupwise_correct` (1 if the completion's text has an even length, else 0: "
         "binary, about half correct on a random policy) to each trainer's reward functions and "
         "names it the correctness reward, with an AMIR margin of 0.5, so that TRL's layouts "
@@ -286,12 +291,16 @@ def render(results: dict[str, Any]) -> str:
                 f"load average {min(loads):.1f} to {max(loads):.1f} (2 cores shared with 4 other "
                 f"engineers); {runs[-1]['machine']}; TRL tests from {runs[-1]['tests_from']}"
             )
-            # --only lists (priority passes of this session) shortened, so that commands repeat
+            # --only lists (priority passes of this session) shortened, so that commands repeat;
+            # the script named where it is now, so that a command reruns as written (runs
+            # before its move from bench/ stored the old path)
             shortened = (
-                re.sub(r"(--only \S+ ?)+", "--only NAME... ", run["command"]) for run in runs
+                re.sub(r"(--only \S+ ?)+", "--only NAME... ", run["command"].partition(" ")[2])
+                for run in runs
             )
+            script = Path(__file__).resolve().relative_to(REPO).as_posix()
             for command in dict.fromkeys(shortened):
-                out.append(f"  - `python {command.strip()}`")
+                out.append(f"  - `python {script} {command.strip()}`")
         out += skipped_section(modes)
         for mode in ("swap", "amir_lens"):
             out += failure_section(modes, mode)

@@ -1,4 +1,4 @@
-"""Offline stand-ins for the hub models and datasets of TRL's GRPO tests (bench/trl_grpo_suite.py).
+"""Offline stand-ins for the hub models and datasets of TRL's GRPO tests (trl_grpo_suite.py).
 
 TRL's tests/test_grpo_trainer.py loads `trl-internal-testing/tiny-*` models and the
 `trl-internal-testing/zen*` datasets from the Hugging Face hub, which this machine cannot reach.
