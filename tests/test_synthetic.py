@@ -43,6 +43,29 @@ def test_hand_computed_example() -> None:
     assert worked_solution(7, steps) == ("7+5=12\n12-3=9\n9*2=18\n#### 18", 18)
 
 
+def test_expression_form_by_hand() -> None:
+    steps = [Step("+", 5), Step("-", 3), Step("*", 2), Step("+", 4)]
+    # Left to right: (7 + 5 - 3) * 2 + 4 = 22, the worked solution's value.
+    assert render_question(7, steps, "expression") == "What is (7 + 5 - 3) * 2 + 4?"
+    assert worked_solution(7, steps)[1] == 22
+    assert render_question(3, [Step("*", 4), Step("-", 2)], "expression") == "What is 3 * 4 - 2?"
+    assert render_question(3, [Step("-", 1), Step("+", 2)], "expression") == "What is 3 - 1 + 2?"
+
+
+@pytest.mark.parametrize("level", sorted(LEVELS))
+def test_expression_form_evaluates_to_the_answer(level: str) -> None:
+    """Python's own precedence on the written expression gives the gold answer: the brackets make
+    the left-to-right chain and the usual reading agree."""
+    problems = generate_problems("test", level=level, size=200, form="expression")
+    for problem in problems:
+        expression = problem.question.removeprefix("What is ").removesuffix("?")
+        assert eval(expression) == int(problem.answer), problem.question  # digits and +-*() only
+        assert problem.meta["form"] == "expression" and "-expression-" in problem.id
+        assert split_of(problem.question) == "test"
+    words = generate_problems("test", level=level, size=5)
+    assert words[0].id.startswith(f"arith-{level}-o") and "-expression" not in words[0].id
+
+
 def test_registered_and_deterministic_from_seed() -> None:
     first = load_benchmark("arith", split="test", level="mid", size=50, seed=3)
     again = load_benchmark("arith", split="test", level="mid", size=50, seed=3)
@@ -155,6 +178,7 @@ def test_the_answer_checker_extracts_the_answer() -> None:
         ({"digits": 12}, "digits must be an integer in 1..9"),
         # ops=1, digits=1: 9 starts x (9 additions + up to 9 subtractions) < 200 questions.
         ({"ops": 1, "digits": 1, "size": 200}, "found only"),
+        ({"form": "latex"}, "valid forms: ['words', 'expression']"),
     ],
 )
 def test_bad_options_raise_clear_errors(options: dict, message: str) -> None:

@@ -24,7 +24,11 @@ Difficulty levels (``level=``); ``ops=`` and ``digits=`` override the level's nu
 
 ``ops`` is the number of operations and ``digits`` the digit count of the start value and of
 the addition/subtraction operands (``digits=2``: 10..99); a multiplier is always one digit,
-2..9. The levels are sized for the testbed's tiny character-level policy (``groupwise.sft``):
+2..9. ``form`` is how the question is written: "words" (the default, above) or "expression",
+the same chain as one expression computed left to right ("What is 7 + 5 - 3?", with brackets
+where a multiplication follows: "What is (7 + 5) * 3?"), the form a chat model reads best.
+
+The levels are sized for the testbed's tiny character-level policy (``groupwise.sft``):
 a chain of one-digit steps is what it can learn in minutes on a CPU, each extra operation is
 one more chance to slip, and multiplication is a skill it barely learns, so accuracy falls
 from easy to hard (the default base policy: pass@1 about 70, 22, 10 and 6 %). ``long`` is
@@ -48,6 +52,7 @@ from dataclasses import dataclass
 from groupwise.data.benchmarks import Problem, register_benchmark
 
 SPLITS = ("train", "test")
+FORMS = ("words", "expression")
 TEST_PERCENT = 20
 MAX_MISSES = 20_000
 _MULTIPLIERS = (2, 9)
@@ -92,10 +97,22 @@ def apply_step(value: int, step: Step) -> int:
     raise ValueError(f"unknown operator {step.operator!r}; valid: + - *")
 
 
-def render_question(start: int, steps: list[Step]) -> str:
-    """The question text, e.g. "Start with 7, add 5, subtract 3. What is the result?"."""
-    clauses = [f"Start with {start}"] + [f"{_OP_WORDS[s.operator]} {s.operand}" for s in steps]
-    return ", ".join(clauses) + ". What is the result?"
+def render_question(start: int, steps: list[Step], form: str = "words") -> str:
+    """The question text: form "words", e.g. "Start with 7, add 5, subtract 3. What is the
+    result?"; form "expression", e.g. "What is 7 + 5 - 3?" (the chain computed left to right:
+    what precedes a multiplication is bracketed when it holds a + or -)."""
+    if form == "words":
+        clauses = [f"Start with {start}"]
+        clauses += [f"{_OP_WORDS[s.operator]} {s.operand}" for s in steps]
+        return ", ".join(clauses) + ". What is the result?"
+    if form != "expression":
+        raise ValueError(f"arith: unknown form {form!r}; valid forms: {list(FORMS)}")
+    expression = str(start)
+    for step in steps:
+        if step.operator == "*" and any(op in expression for op in "+-"):
+            expression = f"({expression})"
+        expression += f" {step.operator} {step.operand}"
+    return f"What is {expression}?"
 
 
 def worked_solution(start: int, steps: list[Step]) -> tuple[str, int]:
@@ -164,8 +181,10 @@ def generate_problems(
     seed: int = 0,
     ops: int | None = None,
     digits: int | None = None,
+    form: str = "words",
 ) -> list[Problem]:
-    """``size`` distinct arithmetic problems of ``split`` at ``level``, deterministic in ``seed``.
+    """``size`` distinct arithmetic problems of ``split`` at ``level``, deterministic in ``seed``,
+    their questions written in ``form`` (module docstring).
 
     Each ``Problem`` has ``answer`` the final integer as a string and ``meta`` with "level",
     "solution" (the worked solution), "ops", "digits", "split", "seed". Raises ValueError when
@@ -176,7 +195,11 @@ def generate_problems(
     if not isinstance(size, int) or size < 1:
         raise ValueError(f"arith: size must be an integer >= 1, got {size!r}")
     spec = resolve_level(level, ops, digits)
+    if form not in FORMS:
+        raise ValueError(f"arith: unknown form {form!r}; valid forms: {list(FORMS)}")
     rng = random.Random(f"arith|{split}|{level}|{spec.ops}|{spec.digits}|{seed}")
+    # The default form keeps the ids problems had before forms existed.
+    tag = "" if form == "words" else f"-{form}"
     problems: list[Problem] = []
     seen: set[str] = set()
     misses = 0
@@ -184,7 +207,7 @@ def generate_problems(
     # MAX_MISSES draws in a row without a new question of this split, report it.
     while len(problems) < size and misses < MAX_MISSES:
         start, steps = _draw_chain(rng, spec)
-        question = render_question(start, steps)
+        question = render_question(start, steps, form)
         if question in seen or split_of(question) != split:
             misses += 1
             continue
@@ -193,7 +216,7 @@ def generate_problems(
         solution, answer = worked_solution(start, steps)
         problems.append(
             Problem(
-                id=f"arith-{level}-o{spec.ops}d{spec.digits}-{split}-s{seed}-{len(problems):05d}",
+                id=f"arith-{level}-o{spec.ops}d{spec.digits}{tag}-{split}-s{seed}-{len(problems):05d}",
                 question=question,
                 answer=str(answer),
                 meta={
@@ -201,6 +224,7 @@ def generate_problems(
                     "solution": solution,
                     "ops": spec.ops,
                     "digits": spec.digits,
+                    "form": form,
                     "split": split,
                     "seed": seed,
                 },
@@ -225,7 +249,10 @@ def load_arith(
     seed: int = 0,
     ops: int | None = None,
     digits: int | None = None,
+    form: str = "words",
 ) -> list[Problem]:
     """Loader of the "arith" benchmark; needs no files (``data_dir`` is ignored)."""
     del data_dir
-    return generate_problems(split, level=level, size=size, seed=seed, ops=ops, digits=digits)
+    return generate_problems(
+        split, level=level, size=size, seed=seed, ops=ops, digits=digits, form=form
+    )
