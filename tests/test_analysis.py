@@ -312,9 +312,9 @@ def test_perplexity_strata_and_command(tmp_path: Path) -> None:
 
 def test_rescore_renders_prompt_and_appends_eos(tiny: tuple) -> None:
     from groupwise.analysis.rescoring import rescore
+    from groupwise.completion_logprobs import ModelScorer, completion_mean_logp
     from groupwise.data import Problem
     from groupwise.data.prompts import render_prompt
-    from groupwise.scoring import ModelScorer, completion_mean_logp
 
     model, tokenizer = tiny
     problem = SavedProblem("toy", "p", "What is 2 + 3?", "5")
