@@ -29,7 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["MAX_RETRY_WAIT", "JSONClient", "ServerError", "Tried", "retry_wait", "with_retries"]
+__all__ = [
+    "MAX_RETRY_WAIT",
+    "JSONClient",
+    "RetryOutcome",
+    "ServerError",
+    "retry_wait",
+    "with_retries",
+]
 
 MAX_RETRY_WAIT = 60.0  # seconds: the longest backoff or Retry-After honoured
 T = TypeVar("T")
@@ -63,7 +70,7 @@ def retry_wait(retry: int, backoff: float, retry_after: float | None = None) -> 
 
 
 @dataclass(frozen=True)
-class Tried(Generic[T]):
+class RetryOutcome(Generic[T]):
     """How `with_retries` ended: the value of the try that worked, or the error of the last
     try (or of the first one not worth repeating); `tries`: how many were made."""
 
@@ -85,7 +92,7 @@ def with_retries(
     retryable: Callable[[Exception], bool] = _retryable,
     abort: threading.Event | None = None,
     sleep: Callable[[float], object] = time.sleep,
-) -> Tried[T]:
+) -> RetryOutcome[T]:
     """Call `attempt` until it returns, at most retries + 1 times (module docstring).
 
     failures: the exceptions that count as a failed try (any other propagates at once).
@@ -96,11 +103,11 @@ def with_retries(
         raise ValueError(f"retries must be >= 0, got {retries}")
     for tries in range(1, retries + 2):
         try:
-            return Tried(attempt(), None, tries)
+            return RetryOutcome(attempt(), None, tries)
         except failures as error:
             stopped = abort is not None and abort.is_set()
             if tries == retries + 1 or stopped or not retryable(error):
-                return Tried(None, error, tries)
+                return RetryOutcome(None, error, tries)
             hint = error.retry_after if isinstance(error, ServerError) else None
             pause = retry_wait(tries, backoff, hint)
             if abort is not None:
@@ -194,12 +201,12 @@ class JSONClient:
     ) -> Any:
         """`request` with retries (module docstring); the last failure is raised, its message
         saying how many tries were made."""
-        tried = with_retries(
+        outcome = with_retries(
             lambda: self.request(path, body, timeout), retries=retries, backoff=backoff, abort=abort
         )
-        if tried.error is None:
-            return tried.value
-        err = tried.error
+        if outcome.error is None:
+            return outcome.value
+        err = outcome.error
         assert isinstance(err, ServerError)
-        tries = f" (after {tried.tries} tries)" if tried.tries > 1 else ""
+        tries = f" (after {outcome.tries} tries)" if outcome.tries > 1 else ""
         raise ServerError(f"{err}{tries}", err.retryable, status=err.status) from None

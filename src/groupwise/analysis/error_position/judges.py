@@ -161,13 +161,15 @@ def judge_solution(
     same question would get the same reply); transport errors are retried when retryable.
     Never raises for judge trouble: the outcome carries the error.
     """
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
     replies: list[str] = []
 
     def ask() -> Judgement:
         replies.append(judge.complete(messages))
         return parse_judgement(replies[-1], num_steps, taxonomy)
 
-    tried = with_retries(
+    asked = with_retries(
         ask,
         retries=attempts - 1,
         backoff=backoff,
@@ -178,7 +180,7 @@ def judge_solution(
         sleep=sleep,
     )
     reply = replies[-1] if replies else None
-    if tried.error is None:
-        return JudgeOutcome(tried.value, tried.tries, None, reply)
-    kind = "transport" if isinstance(tried.error, JudgeTransportError) else "answer"
-    return JudgeOutcome(None, tried.tries, f"{kind}: {tried.error}", reply)
+    if asked.error is None:
+        return JudgeOutcome(asked.value, asked.tries, None, reply)
+    kind = "transport" if isinstance(asked.error, JudgeTransportError) else "answer"
+    return JudgeOutcome(None, asked.tries, f"{kind}: {asked.error}", reply)
