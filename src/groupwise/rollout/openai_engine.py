@@ -1,6 +1,7 @@
 """Evaluation engine on any OpenAI-compatible server (`groupwise eval --engine openai`): vLLM's
 `vllm serve`, SGLang, TGI, llama.cpp's server or a hosted endpoint. A `Sampler` and a
-`TokenScorer`, over HTTP with the standard library (urllib, a thread pool).
+`TokenScorer`, over HTTP (groupwise.http_client, the standard library's urllib) from a thread
+pool.
 
 Sampling: one request per prompt on the chat (`/chat/completions`, the server renders the chat
 template) or the completions endpoint (`/completions`, a prompt rendered here), asking for n
