@@ -3,8 +3,8 @@ freed memory kept (groupwise.train.host_memory, what `groupwise train` sets on a
 
 SmolLM2-135M-Instruct + LoRA 16/16 (float32, all linear layers), the update of the
 vLLM-vs-TRL bench: 2 prompts of 266 tokens x 8 completions of 128 tokens (random ids),
-`groupwise.scoring.completion_logprobs` with the shared prompt pass, then backward of the
-sum. Each variant runs in its own process (the malloc setting is process-wide), the variants
+`groupwise.completion_logprobs.completion_logprobs` with the shared prompt pass, then backward of
+the sum. Each variant runs in its own process (the malloc setting is process-wide), the variants
 alternating, `--repeats` passes per process after one warm-up pass.
 
     python bench/update_pass.py                 # 3 rounds x 4 passes per variant
@@ -32,8 +32,8 @@ def measure(keep: bool, repeats: int) -> list[tuple[float, float]]:
     """(forward s, backward s) of `repeats` passes after one warm-up, in this process."""
     import torch
 
+    from groupwise.completion_logprobs import completion_logprobs
     from groupwise.models import LoraSettings, attach_lora, load_model
-    from groupwise.scoring import completion_logprobs
 
     if keep:
         from groupwise.train.host_memory import keep_freed_memory

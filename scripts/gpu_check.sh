@@ -329,9 +329,9 @@ stage_verl() {  # 6. verl's v1 trainer with trainer_mode=groupwise: AMIR-GRPO, t
     VERL_MODEL="$("$PYTHON" -c "
 from pathlib import Path
 import sys
-from groupwise import models
+from groupwise import shipped_models
 name = sys.argv[1]
-print(name if Path(name).is_dir() else models._smollm2_model_dir())" "$MODEL")"
+print(name if Path(name).is_dir() else shipped_models.smollm2_model_dir())" "$MODEL")"
     for split in train test; do
         "$VERL_PYTHON" -m groupwise.integrations.verl.data gsm8k "$split" \
             "$OUT/verl-data/$split.parquet" --prompt amir --data-dir "$GROUPWISE_DATA" --limit 64
@@ -424,11 +424,12 @@ fi
 if [ -z "${MODEL:-}" ]; then
     MODEL=smollm2-135m-instruct
     if ! "$PYTHON" -c "
-from groupwise.models import _smollm2_gguf, cache_dir
+from groupwise.models import cache_dir
+from groupwise.shipped_models import smollm2_gguf
 import sys
 ok = (cache_dir() / 'smollm2-135m-instruct-q4_1').is_dir()
 try:
-    _smollm2_gguf(); ok = True
+    smollm2_gguf(); ok = True
 except FileNotFoundError:
     pass
 sys.exit(0 if ok else 1)"; then

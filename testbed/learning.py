@@ -100,10 +100,10 @@ def evaluate_policy(
     and incorrect samples (groupwise analyze margin) or None, "margin_problems": their count}."""
     from groupwise.analysis.preference_margin import preference_margins
     from groupwise.analysis.runs import load_run
+    from groupwise.completion_logprobs import rollout_mean_logp
     from groupwise.data import load_benchmark, render_prompt
     from groupwise.evaluation import EvalConfig, evaluate
     from groupwise.rollout import TransformersGenerator
-    from groupwise.scoring import rollout_mean_logp
 
     bench = f"arith:{level}"
     config = EvalConfig(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from groupwise.analysis import errors
+from groupwise.analysis import error_position
 from groupwise.analysis.coverage import coverage_partition, solvable_set
 from groupwise.analysis.preference_margin import preference_margins, ratio_of_means, summarize
 from groupwise.analysis.runs import common_problems, load_run, parse_run_specs
@@ -312,9 +312,9 @@ def test_perplexity_strata_and_command(tmp_path: Path) -> None:
 
 def test_rescore_renders_prompt_and_appends_eos(tiny: tuple) -> None:
     from groupwise.analysis.rescoring import rescore
+    from groupwise.completion_logprobs import ModelScorer, completion_mean_logp
     from groupwise.data import Problem
     from groupwise.data.prompts import render_prompt
-    from groupwise.scoring import ModelScorer, completion_mean_logp
 
     model, tokenizer = tiny
     problem = SavedProblem("toy", "p", "What is 2 + 3?", "5")
@@ -348,7 +348,7 @@ def test_segment_steps_rule() -> None:
         "<answer> \\boxed{5} </answer> <analysis> fine </analysis> "
         "<confidence> 0.9 </confidence>"
     )
-    assert errors.segment_steps(amir) == [
+    assert error_position.segment_steps(amir) == [
         "Let x be the number.",
         "Then 2x = 10.",
         "So x = 5.",
@@ -356,23 +356,23 @@ def test_segment_steps_rule() -> None:
     ]
     # fewer than 3 paragraphs -> lines
     lines = "We add 2 and 3.\nThat gives 5.\nSo the answer is \\boxed{5}."
-    assert errors.segment_steps(lines) == [
+    assert error_position.segment_steps(lines) == [
         "We add 2 and 3.",
         "That gives 5.",
         "So the answer is \\boxed{5}.",
     ]
     # one line -> sentences; a decimal point is not a sentence end
     one = "We add 2.5 and 3. That gives 5.5! Done?"
-    assert errors.segment_steps(one) == ["We add 2.5 and 3.", "That gives 5.5!", "Done?"]
+    assert error_position.segment_steps(one) == ["We add 2.5 and 3.", "That gives 5.5!", "Done?"]
     # an unclosed <think> (truncated) runs to the end; no answer block -> no final step
-    assert errors.segment_steps("<think>a\n\nb\n\nc\n\nd") == ["a", "b", "c", "d"]
-    assert errors.segment_steps("") == []
-    assert errors.segment_steps("short", min_steps=1) == ["short"]
+    assert error_position.segment_steps("<think>a\n\nb\n\nc\n\nd") == ["a", "b", "c", "d"]
+    assert error_position.segment_steps("") == []
+    assert error_position.segment_steps("short", min_steps=1) == ["short"]
 
 
 # ----------------------------------------------------------------------------- judge protocol
 
-TAXONOMY = errors.load_taxonomy()
+TAXONOMY = error_position.load_taxonomy()
 
 
 def test_default_taxonomy_and_bad_taxonomy(tmp_path: Path) -> None:
@@ -389,10 +389,10 @@ def test_default_taxonomy_and_bad_taxonomy(tmp_path: Path) -> None:
     bad = tmp_path / "t.yaml"
     bad.write_text("types:\n  - name: a\n  - name: A\n")
     with pytest.raises(ValueError, match="duplicate name 'A'"):
-        errors.load_taxonomy(bad)
+        error_position.load_taxonomy(bad)
     bad.write_text("kinds: []\n")
     with pytest.raises(ValueError, match="non-empty list `types`"):
-        errors.load_taxonomy(bad)
+        error_position.load_taxonomy(bad)
 
 
 @pytest.mark.parametrize(
@@ -411,7 +411,7 @@ def test_default_taxonomy_and_bad_taxonomy(tmp_path: Path) -> None:
     ],
 )
 def test_parse_judgement_accepts(reply: str, expected: tuple[int, str]) -> None:
-    got = errors.parse_judgement(reply, num_steps=4, taxonomy=TAXONOMY)
+    got = error_position.parse_judgement(reply, num_steps=4, taxonomy=TAXONOMY)
     assert (got.step, got.type) == expected
 
 
@@ -430,12 +430,12 @@ def test_parse_judgement_accepts(reply: str, expected: tuple[int, str]) -> None:
     ],
 )
 def test_parse_judgement_rejects(reply: str, why: str) -> None:
-    with pytest.raises(errors.JudgeAnswerError, match=why):
-        errors.parse_judgement(reply, num_steps=4, taxonomy=TAXONOMY)
+    with pytest.raises(error_position.JudgeAnswerError, match=why):
+        error_position.parse_judgement(reply, num_steps=4, taxonomy=TAXONOMY)
 
 
 def test_judge_messages_name_steps_and_types() -> None:
-    messages = errors.judge_messages("What is 1+1?", "2", ["1+1=3", "so 3"], TAXONOMY)
+    messages = error_position.judge_messages("What is 1+1?", "2", ["1+1=3", "so 3"], TAXONOMY)
     user = messages[1]["content"]
     assert "Step 1: 1+1=3\nStep 2: so 3" in user and "Reference answer: 2" in user
     assert all(f'"{t.name}"' in user for t in TAXONOMY)
@@ -499,12 +499,12 @@ def judge_server():
 
 
 def _ask(server: _JudgeServer, model: str, attempts: int = 3, timeout: float = 5.0):
-    judge = errors.OpenAIChatJudge(
+    judge = error_position.OpenAIChatJudge(
         f"http://127.0.0.1:{server.server_port}/v1", model, api_key="k", timeout=timeout
     )
-    messages = errors.judge_messages("q", "1", ["a", "b", "c"], TAXONOMY)
+    messages = error_position.judge_messages("q", "1", ["a", "b", "c"], TAXONOMY)
     sleeps: list[float] = []
-    outcome = errors.judge_solution(
+    outcome = error_position.judge_solution(
         judge, messages, 3, TAXONOMY, attempts=attempts, backoff=0.5, sleep=sleeps.append
     )
     return outcome, sleeps
@@ -513,7 +513,7 @@ def _ask(server: _JudgeServer, model: str, attempts: int = 3, timeout: float = 5
 def test_http_judge_valid_garbage_timeout_errors(judge_server: _JudgeServer) -> None:
     counts = judge_server.requests_by_model
     outcome, sleeps = _ask(judge_server, "valid")
-    assert outcome.judgement == errors.Judgement(2, "arithmetic slip")
+    assert outcome.judgement == error_position.Judgement(2, "arithmetic slip")
     assert outcome.attempts == 1 and outcome.error is None and sleeps == []
 
     outcome, sleeps = _ask(judge_server, "garbage")
@@ -536,8 +536,8 @@ def test_http_judge_valid_garbage_timeout_errors(judge_server: _JudgeServer) -> 
 
 
 def test_http_judge_connection_refused() -> None:
-    judge = errors.OpenAIChatJudge("http://127.0.0.1:9/v1", "m", timeout=1.0)
-    outcome = errors.judge_solution(
+    judge = error_position.OpenAIChatJudge("http://127.0.0.1:9/v1", "m", timeout=1.0)
+    outcome = error_position.judge_solution(
         judge, [{"role": "user", "content": "x"}], 1, TAXONOMY, attempts=2, backoff=0.0
     )
     assert outcome.judgement is None and outcome.attempts == 2

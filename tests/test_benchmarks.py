@@ -1,4 +1,5 @@
-"""Benchmark loaders (groupwise.data.benchmarks) on the offline copies in ../shared/data."""
+"""Benchmark loaders (groupwise.data.loaders, the registry groupwise.data.benchmarks) on the offline
+copies in ../shared/data."""
 
 from __future__ import annotations
 
@@ -267,7 +268,7 @@ def test_benchmark_spec_parses_split_and_options(data_dir: Path) -> None:
 
 
 def _dapo_row(question: str, gold: object, index: str | None, wrapped: bool = True) -> str:
-    from groupwise.data.benchmarks import DAPO_PREFIX, DAPO_SUFFIX
+    from groupwise.data.loaders import DAPO_PREFIX, DAPO_SUFFIX
 
     content = DAPO_PREFIX + question + DAPO_SUFFIX if wrapped else question
     row: dict = {

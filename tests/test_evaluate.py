@@ -552,8 +552,8 @@ def tiny_policy() -> tuple:
 
 def _tiny_eval(folder: Path, tiny_policy: tuple, problems: list[Problem], batch_size: int) -> dict:
     """A real evaluation (tiny-random, the transformers engine, mean_logp), fake answer check."""
+    from groupwise.completion_logprobs import rollout_mean_logp
     from groupwise.rollout import TransformersGenerator
-    from groupwise.scoring import rollout_mean_logp
 
     model, tokenizer = tiny_policy
     config = EvalConfig(

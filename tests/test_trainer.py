@@ -18,9 +18,9 @@ import yaml
 
 import groupwise.train.trainer as trainer_module
 from groupwise.algorithms import mine_pairs
+from groupwise.completion_logprobs import completion_logprobs
 from groupwise.models import load_model, reference_policy
 from groupwise.records import iter_jsonl
-from groupwise.scoring import completion_logprobs
 from groupwise.train.config import config_from_dict, load_config
 from groupwise.train.trainer import Trainer
 

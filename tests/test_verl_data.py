@@ -11,10 +11,10 @@ from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl_support import verl_config
 
-from groupwise import models
 from groupwise.data.benchmarks import load_benchmark
 from groupwise.data.prompts import build_messages
 from groupwise.integrations.verl import data
+from groupwise.shipped_models import smollm2_tokenizer_dir
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
@@ -23,7 +23,7 @@ def test_a_benchmark_split_written_for_verl_is_what_verl_dataset_reads(tmp_path:
     path = tmp_path / "gsm8k" / "train.parquet"
     data.main(["gsm8k", "train", str(path), "--data-dir", str(DATA), "--limit", "5"])
     problems = load_benchmark("gsm8k", "train", DATA)[:5]
-    tokenizer = AutoTokenizer.from_pretrained(models._smollm2_tokenizer_dir())
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
     dataset = RLHFDataset(str(path), tokenizer, verl_config().data)
     assert len(dataset) == 5
     for index, problem in enumerate(problems):

@@ -20,10 +20,10 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_support import verl_config
 
-from groupwise import models
 from groupwise.data.synthetic import generate_problems
 from groupwise.integrations.verl.data import verl_rows, write_parquet
 from groupwise.integrations.verl.trainer import STATE_FILE, GroupwiseTrainer
+from groupwise.shipped_models import smollm2_tokenizer_dir
 
 # Where verl 0.9.1's v1 trainers compare trainer_mode with a name, by method (file, method): what
 # SYNC_MODE was checked against. A verl that adds one fails test_verl_branch_sites_are_known.
@@ -127,7 +127,7 @@ def test_the_replay_buffer_is_verl_sync_one(tmp_path, data_files) -> None:
 def test_the_dataloader_fetches_whole_batches_as_sync(tmp_path, data_files) -> None:
     """verl's refill rule: the async modes force data.gen_batch_size=1 (exact refill, one prompt
     per fetch); the sync mode fetches train_batch_size prompts at once."""
-    tokenizer = AutoTokenizer.from_pretrained(models._smollm2_tokenizer_dir())
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
     batches = {}
     for mode in ("sync", "groupwise"):
         built = trainer(mode, tmp_path, data_files)

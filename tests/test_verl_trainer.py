@@ -18,10 +18,10 @@ from verl.trainer.ppo.v1 import get_trainer_cls
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl_support import verl_config
 
-from groupwise import models
 from groupwise.algorithms import AlgorithmOptions, GroupRewards, RewardFacts
 from groupwise.integrations.verl.loss import COEFFICIENTS, amir_row_weights
 from groupwise.integrations.verl.trainer import GroupwiseTrainer
+from groupwise.shipped_models import smollm2_tokenizer_dir
 
 # two prompts x G = 4; the second group has no correct answer (LENS gives it a gradient)
 ANSWERS = {
@@ -56,7 +56,7 @@ def put_batch(partition: str, with_extra: bool = True, rollout: bool = False):
     """The rows as verl's agent loop puts them (keys {uid}_{session}_0), shuffled, padded by verl,
     with old_log_probs written as its _compute_old_log_prob does; returns the batch meta and the
     per-row (uid, score, response_mask, old_log_probs) of the real rows in the batch's order."""
-    tokenizer = AutoTokenizer.from_pretrained(models._smollm2_tokenizer_dir())
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
     prompt = tokenizer("Question: how many?", return_tensors="pt").input_ids[0]
     generator = torch.Generator().manual_seed(0)
     keys, fields, tags = [], [], []
@@ -334,7 +334,7 @@ def test_verl_filter_groups_hands_the_advantage_step_only_kept_groups(transfer_q
     assert trainer.replay_buffer.filter_groups_metric == "acc"
     refills: list[int] = []
     trainer.replay_buffer.refill_fn = refills.append  # verl would submit fresh prompts here
-    tokenizer = AutoTokenizer.from_pretrained(models._smollm2_tokenizer_dir())
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
     prompt = tokenizer("Question: how many?", return_tensors="pt").input_ids[0]
     keys, fields, tags = [], [], []
     for uid, answers in ANSWERS.items():

@@ -3,10 +3,10 @@ SmolLM2-135M-Instruct, one engine for the module (with a LoRA adapter loaded; `b
 without it), and the agreement of the three engines.
 
 - log-probs: vLLM's log-probs of sampled tokens are the raw model's (temperature 1), as
-  groupwise's mean_logp is defined: per completion they equal groupwise.scoring's mean log-prob
-  of the same token ids within LOGP_TOLERANCE (tests/vllm_support.py), while the tempered
-  log-probs differ by far more; vLLM's prompt log-probs (log-probs of given text) too; and the
-  adapter is applied as peft applies it.
+  groupwise's mean_logp is defined: per completion they equal the mean log-prob of
+  groupwise.completion_logprobs of the same token ids within LOGP_TOLERANCE
+  (tests/vllm_support.py), while the tempered log-probs differ by far more; vLLM's prompt
+  log-probs (log-probs of given text) too; and the adapter is applied as peft applies it.
 - evaluation: samples, pass@k against samples.jsonl, and a resume that is sample-exact.
 - sampling: the first token of 1000 samples from each of the three engines (transformers, vLLM
   in process, the vLLM server) follows the exact tempered top-p distribution (chi-square
@@ -44,6 +44,7 @@ from vllm_support import (
     worker_cores,
 )
 
+from groupwise.completion_logprobs import ModelScorer, completion_logprobs, pad_token_rows
 from groupwise.data import BenchmarkSpec, Problem, render_prompt
 from groupwise.data.prompts import build_messages
 from groupwise.evaluation import EvalConfig, evaluate
@@ -51,7 +52,6 @@ from groupwise.metrics import pass_at_k
 from groupwise.records import group_by_problem, read_samples
 from groupwise.rollout import SamplingParams
 from groupwise.rollout.vllm_cpu import parse_core_list
-from groupwise.scoring import ModelScorer, completion_logprobs, pad_token_rows
 
 # The agreement problems: arith (synthetic, no data files) at its easy level with the boxed
 # prompt, sampled at temperature 0.8 and top-p 0.95 (both knobs in play). SmolLM2-135M solves
@@ -301,7 +301,7 @@ def test_pass_at_1_agrees_across_the_three_engines(
     under the paired permutation test at level 0.001; vLLM in process and served draw the
     same samples. The transformers samples' mean_logp comes from vLLM's prompt log-probs of
     their token ids (equal to groupwise's scoring: the first test), which is far faster here
-    than a forward pass of groupwise.scoring."""
+    than a forward pass of groupwise.completion_logprobs."""
     import numpy as np
 
     from groupwise.evaluation.engines import RolloutSampler

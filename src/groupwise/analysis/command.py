@@ -24,7 +24,7 @@ ANALYSES: dict[str, tuple[str, str]] = {
         "completions (Fig. 4)",
     ),
     "errors": (
-        "groupwise.analysis.errors",
+        "groupwise.analysis.error_position.command",
         "first erroneous step and error type by a judge model (Figs. 5-6)",
     ),
 }

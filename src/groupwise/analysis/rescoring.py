@@ -10,11 +10,11 @@ a stop string gets the EOS too: the stop string itself is not in the saved text)
 decoded text can differ from the sampled ids in rare cases (e.g. merges across a special
 token), so a recomputed value is close to, not always equal to, the saved one.
 
-Engines (`--engine`): transformers (groupwise.scoring.ModelScorer, a forward pass), vllm
-(vLLM's prompt log-probs, groupwise.rollout.VLLMEngine) and openai (a server's echoed prompt
-log-probs on the completions endpoint, groupwise.rollout.OpenAIEngine; the served model's
-tokenizer is named by --tokenizer). A server that does not return log-probs of given text is
-refused in one line before anything is scored.
+Engines (`--engine`): transformers (groupwise.completion_logprobs.ModelScorer, a forward
+pass), vllm (vLLM's prompt log-probs, groupwise.rollout.VLLMEngine) and openai (a server's
+echoed prompt log-probs on the completions endpoint, groupwise.rollout.OpenAIEngine; the served
+model's tokenizer is named by --tokenizer). A server that does not return log-probs of given
+text is refused in one line before anything is scored.
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ def open_scorer(
 
     adapter = str(resolve_adapter(adapter).resolve()) if adapter else None
     if args.engine == "transformers":
+        from groupwise.completion_logprobs import ModelScorer
         from groupwise.models import default_device, load_policy
-        from groupwise.scoring import ModelScorer
 
         policy, tokenizer = load_policy(
             model, adapter, dtype=dtype, device=args.device or default_device()

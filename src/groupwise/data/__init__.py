@@ -1,4 +1,5 @@
-"""Benchmarks (registry, loaders, `Problem`), training-data mixes, and prompt templates."""
+"""Benchmarks (registry and `Problem`: benchmarks; the built-in loaders: loaders), training-data
+mixes, and prompt templates."""
 
 from __future__ import annotations
 
@@ -39,5 +40,7 @@ __all__ = [
     "synthetic",
 ]
 
-# Last: the synthetic task registers itself ("arith") through register_benchmark above.
+# Last: the built-in benchmarks (loaders) and the synthetic task ("arith") register themselves
+# through register_benchmark above.
+from groupwise.data import loaders as loaders
 from groupwise.data import synthetic as synthetic

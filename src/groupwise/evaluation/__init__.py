@@ -9,7 +9,7 @@ One room per job:
 - command: the command line (`groupwise eval`), beside groupwise.train.command.
 
 The records the folder holds (Sample, SavedProblem) live in groupwise.records; the model
-loading in groupwise.models; the completion log-probs in groupwise.scoring.
+loading in groupwise.models; the completion log-probs in groupwise.completion_logprobs.
 """
 
 from groupwise.evaluation.config import PRESETS, EvalConfig

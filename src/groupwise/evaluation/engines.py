@@ -3,7 +3,7 @@ each is a `Sampler` (groupwise.rollout.types) with the function that renders a p
 prompt the way that engine takes it.
 
 - transformers: groupwise's own decode loop (TransformersGenerator) and, for mean_logp, a
-  forward pass at temperature 1 (groupwise.scoring), joined by `RolloutSampler`.
+  forward pass at temperature 1 (groupwise.completion_logprobs), joined by `RolloutSampler`.
 - vllm: vLLM in process (groupwise.rollout.vllm_engine); prompts rendered with its tokenizer.
 - openai: an OpenAI-compatible server (groupwise.rollout.openai_engine): chat messages for the
   chat endpoint (the server renders its template), prompt strings rendered with `tokenizer`
@@ -106,10 +106,10 @@ def load_tokenizer(name: str, seed: int = 0) -> Any:
 def _transformers(config: EvalConfig, options: EngineOptions) -> tuple[Sampler, PromptFn]:
     from functools import partial
 
+    from groupwise.completion_logprobs import rollout_mean_logp
     from groupwise.data.prompts import render_prompt
     from groupwise.models import load_policy
     from groupwise.rollout import TransformersGenerator
-    from groupwise.scoring import rollout_mean_logp
 
     model, tokenizer = load_policy(
         config.model, config.adapter, dtype=config.dtype, device=options.device, seed=config.seed

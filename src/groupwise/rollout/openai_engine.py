@@ -1,6 +1,7 @@
 """Evaluation engine on any OpenAI-compatible server (`groupwise eval --engine openai`): vLLM's
 `vllm serve`, SGLang, TGI, llama.cpp's server or a hosted endpoint. A `Sampler` and a
-`TokenScorer`, over HTTP with the standard library (urllib, a thread pool).
+`TokenScorer`, over HTTP (groupwise.http_client, the standard library's urllib) from a thread
+pool.
 
 Sampling: one request per prompt on the chat (`/chat/completions`, the server renders the chat
 template) or the completions endpoint (`/completions`, a prompt rendered here), asking for n
@@ -13,11 +14,12 @@ distribution (temperature 1) unless the server was started with
 `--logprobs-mode processed_logprobs`; other servers document their own. A server that returns
 no log-probs gives samples without mean_logp, and token counts from its usage report.
 
-Failures: HTTP 408, 409, 429 and 5xx, timeouts, refused and dropped connections are retried
-`retries` times with exponential backoff (from `backoff` seconds, doubling; a Retry-After header
-is honoured up to 60 s); anything else, or the last failure, raises `ServerError`, a one-line
-message naming the URL. At most `concurrency` requests are in flight; when one fails for good
-the others stop retrying.
+Failures: the requests go through groupwise.http_client, whose rules say what is retried
+(HTTP 408, 409, 429 and 5xx, timeouts, refused and dropped connections), how long it waits (from
+`backoff` seconds, doubling; a Retry-After header is honoured up to 60 s) and that anything
+else, or the last of `retries` retries, raises `ServerError`, a one-line message naming the
+URL. At most `concurrency` requests are in flight; when one fails for good the others stop
+retrying.
 
 Log-probs of given text (`mean_logp`): the completions endpoint with the token ids of prompt +
 completion as the prompt, `echo` and `logprobs` (as lm-evaluation-harness asks), reading the
@@ -27,19 +29,16 @@ does not do that.
 
 from __future__ import annotations
 
-import http.client
 import json
 import statistics
 import threading
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from groupwise.http_client import JSONClient, ServerError
 from groupwise.rollout.types import Completions, Prompt, SamplingParams
 
 __all__ = [
@@ -52,27 +51,10 @@ __all__ = [
 ]
 
 APIS = ("chat", "completions")
-MAX_RETRY_WAIT = 60.0  # seconds: the longest backoff or Retry-After honoured
 CHECK_TIMEOUT = 30.0  # seconds: the first contact (a wrong URL should fail fast)
 T = TypeVar("T")
 # One sample as a server answers it: text, tokens, truncated, mean_logp.
 Choice = tuple[str, int, bool, float | None]
-
-
-class ServerError(RuntimeError):
-    """A request the server did not answer usefully; the message is one line naming the URL.
-    retryable: worth asking again (429, 5xx, timeouts, connection trouble); retry_after: the
-    server's Retry-After in seconds, if it sent one."""
-
-    def __init__(
-        self,
-        message: str,
-        retryable: bool = False,
-        retry_after: float | None = None,
-        status: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.retryable, self.retry_after, self.status = retryable, retry_after, status
 
 
 class ModelNotServed(ServerError):
@@ -96,30 +78,6 @@ def check_base_url(base_url: str) -> str:
             f"must be http(s)://HOST[:PORT]/PATH (e.g. http://127.0.0.1:8000/v1), got {base_url!r}"
         )
     return base_url.rstrip("/")
-
-
-def _error_detail(err: urllib.error.HTTPError) -> str:
-    """The server's own message from an error response ({"error": {"message"}} or the text)."""
-    try:
-        raw = err.read().decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException):
-        return err.reason or ""
-    try:
-        body = json.loads(raw)
-        message = body.get("error", body) if isinstance(body, dict) else body
-        if isinstance(message, dict):
-            message = message.get("message", message)
-        raw = str(message)
-    except ValueError:
-        pass
-    return " ".join(raw.split())[:300]
-
-
-def _retry_after(err: urllib.error.HTTPError) -> float | None:
-    try:
-        return float(err.headers.get("Retry-After", ""))
-    except (TypeError, ValueError):
-        return None
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -158,49 +116,12 @@ class OpenAIEngine:
             )
         self.base_url = check_base_url(base_url)
         self.model, self.api, self.api_key = model, api, api_key
+        self.client = JSONClient(self.base_url, api_key)
         self.concurrency, self.retries = concurrency, retries
         self.timeout, self.backoff = timeout, backoff
         self.features: ServerFeatures | None = None
 
     # ----------------------------------------------------------------------------- transport
-
-    def _send(self, path: str, body: dict[str, Any] | None, timeout: float) -> Any:
-        """One request (GET without a body, else POST of JSON); the decoded JSON answer."""
-        url = self.base_url + path
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        request = urllib.request.Request(
-            url, data=data, headers=headers, method="GET" if body is None else "POST"
-        )
-        where = f"{request.get_method()} {url}"
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as err:
-            retryable = err.code in (408, 409, 429) or err.code >= 500
-            raise ServerError(
-                f"{where}: HTTP {err.code}: {_error_detail(err)}",
-                retryable,
-                _retry_after(err),
-                err.code,
-            ) from None
-        except TimeoutError:
-            raise ServerError(f"{where}: no answer within {timeout:g} s", True) from None
-        except urllib.error.URLError as err:
-            if isinstance(err.reason, TimeoutError):
-                raise ServerError(f"{where}: no answer within {timeout:g} s", True) from None
-            raise ServerError(f"{where}: cannot connect ({err.reason})", True) from None
-        except (OSError, http.client.HTTPException) as err:
-            raise ServerError(
-                f"{where}: connection lost ({type(err).__name__}: {err})", True
-            ) from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            text = " ".join(raw.decode("utf-8", "replace").split())[:200]
-            raise ServerError(f"{where}: the answer is not JSON: {text!r}") from None
 
     def _call(
         self,
@@ -211,27 +132,16 @@ class OpenAIEngine:
         retries: int | None = None,
         timeout: float | None = None,
     ) -> Any:
-        """`_send` with retries and backoff (module docstring); `abort` set elsewhere stops
-        the retrying."""
-        retries = self.retries if retries is None else retries
-        delay = self.backoff
-        for attempt in range(retries + 1):
-            try:
-                return self._send(path, body, self.timeout if timeout is None else timeout)
-            except ServerError as err:
-                last = attempt == retries or (abort is not None and abort.is_set())
-                if not err.retryable or last:
-                    tries = f" (after {attempt + 1} tries)" if attempt else ""
-                    raise ServerError(f"{err}{tries}", err.retryable, status=err.status) from None
-                pause = min(
-                    MAX_RETRY_WAIT, err.retry_after if err.retry_after is not None else delay
-                )
-                if abort is not None:
-                    abort.wait(pause)
-                else:
-                    time.sleep(pause)
-                delay *= 2
-        raise AssertionError("unreachable")
+        """One request with the engine's retries, backoff and timeout unless given
+        (groupwise.http_client); `abort` set elsewhere stops the retrying."""
+        return self.client.call(
+            path,
+            body,
+            timeout=self.timeout if timeout is None else timeout,
+            retries=self.retries if retries is None else retries,
+            backoff=self.backoff,
+            abort=abort,
+        )
 
     def _run_all(self, jobs: Sequence[Callable[[threading.Event], T]]) -> list[T]:
         """Run jobs, at most `concurrency` at once; their results in job order. The first

@@ -35,7 +35,7 @@ from groupwise.algorithms import (
 from groupwise.rollout import Rollouts
 from groupwise.train.batch import Learned, RolloutLogprobs, ScoredBatch, StepState
 from groupwise.train.distributed import Distributed
-from groupwise.train.policy import Passes
+from groupwise.train.policy import PolicyLogprobs
 from groupwise.train.probes import AllWrongGradient, GradientProbe, PreferenceGradient
 from groupwise.train.step_metrics import micro_batch_metrics
 from groupwise.train.step_targets import StepTargets
@@ -120,7 +120,7 @@ class Learner:
         settings: LearnSettings,
         algorithm: Algorithm,
         targets: StepTargets,
-        passes: Passes,
+        passes: PolicyLogprobs,
         updater: Updater,
         dist: Distributed,
     ) -> None:

@@ -1,11 +1,11 @@
 """The policy being trained: loading it (LoRA, gradient checkpointing) and its forward passes
 over a step's rows.
 
-`load_trainable_policy` builds the model from the config's `model:` section. `Passes` gives the
-per-token log-probs of whole groups of completions under the policy (with gradient, for the
-loss) and under the reference policy (the adapter disabled, no gradient), at the sampling
-temperature (docs/algorithms.md §1); each group's prompt runs through the model once
-(groupwise.scoring).
+`load_trainable_policy` builds the model from the config's `model:` section. `PolicyLogprobs`
+gives the per-token log-probs of whole groups of completions under the policy (with gradient,
+for the loss) and under the reference policy (the adapter disabled, no gradient), at the
+sampling temperature (docs/algorithms.md §1); each group's prompt runs through the model once
+(groupwise.completion_logprobs).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from groupwise.completion_logprobs import completion_logprobs
 from groupwise.models import LoraSettings, attach_lora, load_model, reference_policy
 from groupwise.rollout import Rollouts
-from groupwise.scoring import completion_logprobs
 from groupwise.train.config import ModelConfig
 
 
@@ -44,8 +44,9 @@ def load_trainable_policy(
     return model, tokenizer
 
 
-class Passes:
-    """Forward passes of the policy over rows of a step's rollouts (whole groups).
+class PolicyLogprobs:
+    """Token log-probs of rows of a step's rollouts (whole groups) under the policy and under
+    the reference policy: the policy's forward passes.
 
     model: the policy; device: where it runs; group_size: G; temperature: the sampling
     temperature the log-probs are taken at; reference: whether `reference` passes run (a KL

@@ -54,7 +54,7 @@ from groupwise.train.heldout import HeldoutEvaluation
 from groupwise.train.host_memory import keep_freed_memory
 from groupwise.train.learner import Learner, LearnSettings
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
-from groupwise.train.policy import Passes, load_trainable_policy
+from groupwise.train.policy import PolicyLogprobs, load_trainable_policy
 from groupwise.train.progress import ProgressLine
 from groupwise.train.rollout_engine import build_generator, engine_record
 from groupwise.train.run_folder import RunFolder
@@ -144,7 +144,7 @@ class Trainer:
             self.dist,
             mask_truncated=algo.mask_truncated,
         )
-        self.passes = Passes(
+        self.passes = PolicyLogprobs(
             self.model,
             self.device,
             cfg.rollout.group_size,

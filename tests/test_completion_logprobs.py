@@ -4,14 +4,20 @@ batched means completion_mean_logp and rollout_mean_logp."""
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
 
 import pytest
 import torch
 
+from groupwise.completion_logprobs import (
+    completion_logprobs,
+    completion_mean_logp,
+    rollout_mean_logp,
+)
 from groupwise.models import load_model
 from groupwise.rollout import Rollouts
-from groupwise.scoring import completion_logprobs, completion_mean_logp, rollout_mean_logp
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +139,12 @@ def test_rollout_mean_logp_gives_each_completion_its_own_prompt(tiny) -> None:
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     # the same completion under different prompts scores differently
     assert abs(float(got[0]) - float(got[3])) > 1e-4
+
+
+def test_the_old_module_name_still_imports_with_a_deprecation_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "groupwise.scoring", raising=False)
+    with pytest.warns(DeprecationWarning, match="groupwise.completion_logprobs"):
+        old = importlib.import_module("groupwise.scoring")
+    assert old.completion_logprobs is completion_logprobs
