@@ -29,7 +29,7 @@ from groupwise.algorithms import (
 )
 from groupwise.config import ConfigError, apply_override, build, read_yaml
 from groupwise.data import TEMPLATES, MixPart, benchmark_options, benchmark_splits
-from groupwise.options import check_options, option
+from groupwise.options import Rule, check_options, option
 from groupwise.rewards import checking_mode, component_names, correct_value, get_component
 from groupwise.train.distributed import processes_from_environment
 from groupwise.train.report_to import PACKAGES, check_report_to
@@ -61,20 +61,18 @@ class ModelConfig:
     lora_r: int = option(
         16,
         """LoRA rank r (AMIR-GRPO paper: 16).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     lora_alpha: int = option(
         16,
         """LoRA alpha; the update is scaled by alpha / r (AMIR-GRPO paper: 16).""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     lora_dropout: float = option(
         0.0,
         """Dropout on the LoRA input, in [0, 1) (ours: 0, so that log-probs are deterministic).""",
-        "in [0, 1)",
-        lambda v: 0 <= v < 1,
+        ge=0,
+        lt=1,
     )
     lora_target_modules: str | list[str] = option(
         "all-linear",
@@ -128,8 +126,9 @@ class DataConfig:
     limit: int | None = option(
         None,
         """Use only the first N problems (after loading, before shuffling); null = all.""",
-        ">= 1 (or null: every problem)",
-        lambda v: v is None or v >= 1,
+        ge=1,
+        allow_none=True,
+        note="(or null: every problem)",
     )
     shuffle: bool = option(
         True,
@@ -150,40 +149,37 @@ class RolloutConfig:
     group_size: int = option(
         8,
         """G: completions sampled per question (AMIR-GRPO paper 8, LENS paper 16).""",
-        ">= 2 (a group of one has no baseline)",
-        lambda v: v >= 2,
+        ge=2,
+        note="(a group of one has no baseline)",
     )
     questions_per_step: int = option(
         1,
         """Questions per rollout batch; the batch holds questions_per_step x group_size
         completions (official AMIR code: 4; LENS: 128, in 4 mini-batches).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     temperature: float = option(
         1.0,
         """Sampling temperature, > 0 (both papers train at 1.0). Log-probs in the loss are taken
         at the same temperature, as TRL does.""",
-        "> 0 (training scores each completion at the temperature it was sampled with)",
-        lambda v: v > 0,
+        gt=0,
+        note="(training scores each completion at the temperature it was sampled with)",
     )
     top_p: float = option(
         1.0,
         """Nucleus sampling mass in (0, 1] (both papers: 1.0).""",
-        "in (0, 1]",
-        lambda v: 0 < v <= 1,
+        gt=0,
+        le=1,
     )
     max_new_tokens: int = option(
         256,
         """Completion length cap in tokens (AMIR-GRPO code 1024, LENS 4096).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     batch_size: int = option(
         64,
         """Completions generated per call of the engine (memory, not results).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     inference_copy: bool = option(
         True,
@@ -215,15 +211,14 @@ class RolloutConfig:
         3.0,
         """The cap of the truncated importance ratio (TRL's vllm_importance_sampling_clip_max,
         3.0).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     vllm_memory: float = option(
         0.3,
         """vllm only: the share of the accelerator's memory vLLM takes for weights and KV cache
         (its gpu_memory_utilization; on a CPU, VLLM_CPU_KVCACHE_SPACE GiB sizes the cache).""",
-        "in (0, 1)",
-        lambda v: 0 < v < 1,
+        gt=0,
+        lt=1,
     )
     dynamic_sampling: bool = option(
         False,
@@ -246,8 +241,7 @@ class RolloutConfig:
         10,
         """Dynamic sampling: at most this many draws of questions_per_step questions per step
         (verl's filter_groups.max_num_gen_batches; DAPO's recipe 10).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     vllm_enforce_eager: bool | None = option(
         None,
@@ -298,27 +292,25 @@ class RewardConfig:
         overlong_buffer.len): a reward column "overlong" that falls linearly from 0 to -1 over
         the last N tokens before rollout.max_new_tokens, weighted by reward.overlong_penalty;
         0 = off. docs/algorithms.md, "Overlong completions".""",
-        ">= 0 (0: off)",
-        lambda v: v >= 0,
+        ge=0,
+        note="(0: off)",
     )
     overlong_penalty: float = option(
         1.0,
         """The weight of the overlong column: the penalty at the length limit (verl's
         overlong_buffer.penalty_factor, 1.0).""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     workers: int = option(
         2,
         """Processes for answer checking (math-verify under a hard timeout), >= 1.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     timeout: float = option(
         5.0,
         """Seconds per answer check before it counts as a timeout, > 0.""",
-        "> 0 seconds",
-        lambda v: v > 0,
+        gt=0,
+        note="seconds",
     )
 
 
@@ -342,8 +334,7 @@ class AlgorithmConfig(AlgorithmOptions):
     advantage_eps: float = option(
         1e-4,
         """Added to the std before dividing (ours, as TRL). docs/algorithms.md §1.""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     loss_level: Literal["token", "sequence"] = option(
         "token",
@@ -359,35 +350,31 @@ class AlgorithmConfig(AlgorithmOptions):
     eps_low: float = option(
         0.2,
         """Clip range below: rho >= 1 - eps_low, in (0, 1) (both papers 0.2; GSPO 3e-4).""",
-        "in (0, 1)",
-        lambda v: 0 < v < 1,
+        gt=0,
+        lt=1,
     )
     eps_high: float = option(
         0.2,
         """Clip range above: rho <= 1 + eps_high, >= 0 (both papers 0.2; GSPO 4e-4).""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     kl_coef: float = option(
         0.0,
         """gamma, weight of the k3 KL to the reference policy, >= 0 (0 in both papers' code).""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     minibatches: int = option(
         1,
         """PPO mini-batches M: the rollout batch is split into M parts of whole questions, one
         optimizer step each, with advantages, pairs and logp_old taken once from the rollout
         policy (verl's ppo_mini_batch_size; LENS: 4). docs/algorithms.md §1.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     num_iterations: int = option(
         1,
         """Epochs over the rollout batch (TRL's mu): each replays every mini-batch once; 1 = each
         row is used once. docs/algorithms.md §1.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
 
     mask_truncated: bool = option(
@@ -417,39 +404,36 @@ class OptimConfig:
     lr: float = option(
         5e-6,
         """Peak learning rate, > 0 (AMIR-GRPO paper 5e-6; LENS 1e-6).""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     weight_decay: float = option(
         0.1,
         """AdamW decoupled weight decay (official AMIR code 0.1; verl's default 0.01).""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     beta1: float = option(
         0.9,
         """AdamW beta1 (official AMIR code 0.9).""",
-        "in [0, 1)",
-        lambda v: 0 <= v < 1,
+        ge=0,
+        lt=1,
     )
     beta2: float = option(
         0.99,
         """AdamW beta2 (official AMIR code 0.99; verl's default 0.999).""",
-        "in [0, 1)",
-        lambda v: 0 <= v < 1,
+        ge=0,
+        lt=1,
     )
     max_grad_norm: float = option(
         0.1,
         """Clip the global gradient norm to this, > 0 (official AMIR code 0.1; verl 1.0).""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     warmup_ratio: float = option(
         0.1,
         """Fraction of the optimizer updates with a linear warmup, in [0, 1) (official AMIR 10
         %).""",
-        "in [0, 1)",
-        lambda v: 0 <= v < 1,
+        ge=0,
+        lt=1,
     )
     schedule: Literal["cosine", "constant", "linear"] = option(
         "cosine",
@@ -465,15 +449,13 @@ class TrainConfig:
         1000,
         """Rollout batches to train on (official AMIR code 1000; LENS 1,600). Each takes
         minibatches x num_iterations optimizer updates.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     micro_batch_size: int = option(
         8,
         """Completions per forward/backward; rounded to whole groups (at least one group). Memory
         only: the update is the same for any value.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     seed: int = option(
         0,
@@ -486,14 +468,13 @@ class TrainConfig:
     save_every: int = option(
         100,
         """Checkpoint every N steps (and always at the end).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     keep_checkpoints: int = option(
         2,
         """Newest checkpoints kept in RUN/checkpoints (older ones are deleted).""",
-        ">= 0 (0 keeps every checkpoint)",
-        lambda v: v >= 0,
+        ge=0,
+        note="(0 keeps every checkpoint)",
     )
     tensorboard: bool = option(
         False,
@@ -504,8 +485,7 @@ class TrainConfig:
         tensorboard, wandb, trackio, mlflow (the names of HF's Trainer and TRL's report_to);
         [] = none. Each package must be installed (pip install 'groupwise[report]').
         docs/guides/train.md, "Where the metrics go".""",
-        valid="a list of: " + ", ".join(PACKAGES),
-        check=lambda v: all(name in PACKAGES for name in v),
+        rule=Rule("a list of: " + ", ".join(PACKAGES), lambda v: all(n in PACKAGES for n in v)),
         factory=list,
     )
     log_rollouts: bool = option(
@@ -535,8 +515,8 @@ class TrainConfig:
         """Stop after the step at which the completions sampled (every draw's, dynamic sampling
         included) reach N; 0 = no such limit. A budget in samples rather than steps; the
         learning-rate schedule still spans train.max_steps (ours).""",
-        ">= 0 (0: no limit)",
-        lambda v: v >= 0,
+        ge=0,
+        note="(0: no limit)",
     )
     eval_every: int = option(
         0,
@@ -545,15 +525,14 @@ class TrainConfig:
         calibration in metrics.jsonl, per-problem counts and the tables in RUN/heldout.jsonl;
         0 = never (ours; TRL's eval_strategy="steps" with eval_steps=N).
         groupwise.train.heldout.""",
-        ">= 0 (0: no held-out evaluation)",
-        lambda v: v >= 0,
+        ge=0,
+        note="(0: no held-out evaluation)",
     )
     eval_samples: int = option(
         4,
         """Samples per held-out problem, at rollout.temperature, top_p and max_new_tokens; the
         held-out accuracy is the fraction correct (pass@1, docs/algorithms.md §4).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
 
 
