@@ -62,11 +62,11 @@ def tensor_bytes(tensors: Iterable[torch.Tensor], seen: set[int]) -> int:
 
 def one_setting(model: str, overrides: list[str]) -> dict:
     """Runs in its own process: one training step, then the bytes each part holds."""
-    from groupwise.train.config import load_config
+    from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
 
     with tempfile.TemporaryDirectory(prefix="memory-") as scratch:
-        config = load_config(
+        config = load_run_config(
             REPO / "configs" / "quickstart_gsm8k.yaml",
             [
                 f"model.name={model}",

@@ -56,10 +56,10 @@ ALGORITHMS = {
 
 
 def make_trainer(out: Path, extra: list[str]):
-    from groupwise.train.config import load_config
+    from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
 
-    config = load_config(
+    config = load_run_config(
         REPO / "configs" / "quickstart_gsm8k.yaml",
         [
             "algorithm.amir=false",

@@ -56,12 +56,12 @@ def resident_gib() -> float:
 
 def one_setting(setting: tuple[int, int, int], warmup: int, steps: int, extra: list[str]) -> dict:
     """Runs in its own process: the step records of one (G, length, questions) setting."""
-    from groupwise.train.config import load_config
+    from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
 
     group, length, questions = setting
     with tempfile.TemporaryDirectory(prefix="scaling-") as scratch:
-        config = load_config(
+        config = load_run_config(
             REPO / "configs" / "quickstart_gsm8k.yaml",
             [
                 "algorithm.amir=false",

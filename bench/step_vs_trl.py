@@ -58,10 +58,10 @@ VARIANTS = {
 
 
 def groupwise_trainer(overrides: list[str], steps: int, out: Path):
-    from groupwise.train.config import load_config
+    from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
 
-    config = load_config(
+    config = load_run_config(
         REPO / "configs" / "quickstart_gsm8k.yaml",
         [
             "algorithm.amir=false",

@@ -127,11 +127,11 @@ def engine_facts(llm: Any) -> dict[str, Any]:
 def groupwise_worker(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     import torch
 
-    from groupwise.train.config import load_config
+    from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
 
     start = time.perf_counter()
-    config = load_config(
+    config = load_run_config(
         REPO / "configs" / "quickstart_gsm8k.yaml", overrides(args, args.variant, out)
     )
     trainer = Trainer(config)
@@ -234,7 +234,7 @@ def trl_worker(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from groupwise.integrations.trl import GroupwiseGRPOConfig, GroupwiseGRPOTrainer
     from groupwise.rewards import RewardSuite
     from groupwise.rollout.vllm_engine import vllm_model_source
-    from groupwise.train.config import load_config
+    from groupwise.train.config_file import load_config
     from groupwise.train.sampler import ProblemSampler
 
     start = time.perf_counter()

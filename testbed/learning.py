@@ -162,7 +162,7 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
         return json.loads(summary_path.read_text())
     from groupwise.models import load_model
     from groupwise.train.checkpoint import load_weights_into
-    from groupwise.train.config import load_config
+    from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
 
     s = settings
@@ -186,7 +186,7 @@ def run_one(spec: RunSpec, settings: BenchSettings, root: Path, progress: bool =
     else:
         final = folder / "final" / "model"
         if not (final / "config.json").is_file():
-            config = load_config(CONFIG, train_overrides(spec, s, folder))
+            config = load_run_config(CONFIG, train_overrides(spec, s, folder))
             config.train.progress = progress
             trainer = Trainer(config, resume=True)
             trainer.train()

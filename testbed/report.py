@@ -211,7 +211,7 @@ def _interval(low: float, high: float) -> str:
 def budget_table(settings: BenchSettings) -> str:
     """Per level and method: its overrides and the questions, completions and optimizer steps
     of a run, read from the config each run is built from."""
-    from groupwise.train.config import load_config
+    from groupwise.train.config_file import load_config
 
     lines = [
         "| level | method | overrides of configs/testbed_arith.yaml | questions | completions | "

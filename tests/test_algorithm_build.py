@@ -2,7 +2,7 @@
 
 Every check of the options against what an engine has (a correctness signal for LENS, an AMIR
 margin some pair can exceed, a reference policy) runs there, and every engine builds through it:
-our trainer (train.config.build_algorithm) and the TRL adapter (GroupwiseGRPOTrainer).
+our trainer (train.algorithm.build_algorithm) and the TRL adapter (GroupwiseGRPOTrainer).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from groupwise.algorithms import (
     group_targets,
 )
 from groupwise.config import ConfigError
-from groupwise.train.config import Config, load_config
+from groupwise.train.config import Config
+from groupwise.train.preflight import load_run_config
 
 BINARY = RewardFacts([(0.0, 1.0)], [1.0], correct_reward=1.0)
 NO_CORRECTNESS = RewardFacts([(0.0, 1.0)], [1.0], None, "set reward.correctness_component")
@@ -107,14 +108,14 @@ def test_the_built_algorithm_computes_what_group_targets_computes() -> None:
 
 def test_our_config_builds_through_the_same_checks() -> None:
     with pytest.raises(ConfigError, match=r"algorithm.advantage=lens needs a binary correctness"):
-        load_config(None, ["algorithm.advantage=lens", "reward.weights={format: 1.0}"])
+        load_run_config(None, ["algorithm.advantage=lens", "reward.weights={format: 1.0}"])
     with pytest.raises(ConfigError, match="algorithm.ref_free=false needs a reference policy"):
-        load_config(
+        load_run_config(
             None,
             ["algorithm.amir=true", "algorithm.ref_free=false", "model.lora=false"],
         )
     with pytest.raises(ConfigError, match="a KL term needs a reference policy"):
-        load_config(None, ["algorithm.kl_coef=0.1", "model.lora=false"])
+        load_run_config(None, ["algorithm.kl_coef=0.1", "model.lora=false"])
 
 
 def test_questions_split_over_processes_and_minibatches_is_checked_once(
@@ -122,8 +123,8 @@ def test_questions_split_over_processes_and_minibatches_is_checked_once(
 ) -> None:
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(ConfigError, match=r"processes \(3\) x algorithm.minibatches \(2\)"):
-        load_config(None, ["rollout.questions_per_step=4", "algorithm.minibatches=2"])
-    load_config(None, ["rollout.questions_per_step=6", "algorithm.minibatches=2"])
+        load_run_config(None, ["rollout.questions_per_step=4", "algorithm.minibatches=2"])
+    load_run_config(None, ["rollout.questions_per_step=6", "algorithm.minibatches=2"])
 
 
 ASSEMBLY = {"adaptive_lambda", "pair_settings", "unreachable_margin", "PairlessWarning"}
@@ -195,7 +196,7 @@ def test_evals_flags_are_generated_from_its_configs_fields() -> None:
 
 
 def test_a_plugin_can_register_the_estimator_the_config_names() -> None:
-    config = load_config(
+    config = load_run_config(
         None, ["reward.plugins=[reward_plugin]", "algorithm.advantage=plugin_centered"]
     )
     algorithm = config.algorithm.build(BINARY, 2)

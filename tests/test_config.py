@@ -1,4 +1,5 @@
-"""Config: YAML presets load, overrides apply, bad input names the key and the valid choices."""
+"""Config: YAML presets load, overrides apply, bad input names the key and the valid choices;
+what depends on the machine or the plugins is refused at preflight, not when a file loads."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from groupwise.train.config import Config, ConfigError, load_config
+from groupwise.config import ConfigError
+from groupwise.train.config import Config
+from groupwise.train.config_file import load_config
+from groupwise.train.preflight import load_run_config, preflight
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PRESETS = sorted(CONFIGS.glob("*.yaml"))
@@ -108,7 +112,7 @@ def test_the_lens_preset_names_the_missing_dapo_file(tmp_path: Path) -> None:
     (data / "math" / "train.jsonl").write_text(
         '{"problem": "1+1?", "solution": "\\\\boxed{2}", "level": "Level 1", "type": "x"}\n'
     )
-    config = load_config(
+    config = load_run_config(
         CONFIGS / "lens_math.yaml",
         [f"data.data_dir={data}", "model.name=tiny-random", f"train.output_dir={tmp_path / 'r'}"],
     )
@@ -120,7 +124,8 @@ def test_the_lens_preset_names_the_missing_dapo_file(tmp_path: Path) -> None:
 
 def test_data_mix_and_checking_are_validated() -> None:
     mix = ["data.mix=[{benchmark: gsm8k, split: train, size: 5}, {benchmark: math500}]"]
-    assert load_config(None, mix).data.mix[0] == {"benchmark": "gsm8k", "split": "train", "size": 5}
+    loaded = load_run_config(None, mix).data.mix[0]
+    assert loaded == {"benchmark": "gsm8k", "split": "train", "size": 5}
     bad = {
         "data.mix=[{benchmark: gsm8k, sise: 5}]": r"data.mix\[0\]: unknown key\(s\) \['sise'\]",
         "data.mix=[{benchmark: gsm8k}, {benchmark: math, split: dev}]": (
@@ -133,7 +138,7 @@ def test_data_mix_and_checking_are_validated() -> None:
     }
     for override, message in bad.items():
         with pytest.raises(ConfigError, match=message):
-            load_config(None, [override])
+            load_run_config(None, [override])
     with pytest.raises(ConfigError, match="data.mix replaces data.benchmark"):
         load_config(None, [*mix, "data.benchmark=math"])
 
@@ -194,9 +199,9 @@ def test_cross_field_checks() -> None:
     with pytest.raises(ConfigError, match="group_size must be >= 2"):
         load_config(None, ["rollout.group_size=1"])
     with pytest.raises(ConfigError, match="needs model.lora=true"):
-        load_config(None, ["algorithm.kl_coef=0.1", "model.lora=false"])
+        load_run_config(None, ["algorithm.kl_coef=0.1", "model.lora=false"])
     with pytest.raises(ConfigError, match="calibrates reward component 'correctness'"):
-        load_config(None, ["algorithm.advantage=lens", "reward.weights={binary: 1.0}"])
+        load_run_config(None, ["algorithm.advantage=lens", "reward.weights={binary: 1.0}"])
 
 
 def test_file_errors_name_the_file(tmp_path: Path) -> None:
@@ -212,7 +217,7 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml")
 
 
-# --- every value checked at load, before any model or data ------------------------------------
+# --- every value checked at load, before any model or data; the machine's side at preflight ----
 
 BAD_VALUES = [
     (["rollout.temperature=0"], "rollout.temperature must be > 0 (training scores"),
@@ -223,16 +228,8 @@ BAD_VALUES = [
         "data.prompt: invalid value 'chat'; valid choices: amir, amir_groupwise, boxed, gsm8k",
     ),
     (["model.device=gpu"], "model.device: invalid value 'gpu'; valid: auto, cpu, cuda, cuda:N"),
-    (["model.device=cuda:99"], "model.device=cuda:99, but this machine has"),
     (["model.lora_target_modules="], "model.lora_target_modules is empty"),
     (["model.lora_target_modules=(q_proj"], "'(q_proj' is not a regular expression"),
-    (
-        ["data.benchmark=arith", "data.options={levl: easy}"],
-        "data.options: unknown option 'levl' for benchmark 'arith'; valid options: level, size",
-    ),
-    (["data.options={level: easy}"], "for benchmark 'gsm8k'; valid options: none"),
-    (["data.benchmark=gsm9k"], "data.benchmark: unknown benchmark 'gsm9k'"),
-    (["data.split=validation"], "data.split: benchmark 'gsm8k' has no split 'validation'"),
     (["data.limit=0"], "data.limit must be >= 1 (or null: every problem), got 0"),
     (["algorithm.eps_low=0"], "algorithm.eps_low must be in (0, 1), got 0.0"),
     (["algorithm.eps_low=1.5"], "algorithm.eps_low must be in (0, 1), got 1.5"),
@@ -248,16 +245,6 @@ BAD_VALUES = [
     (["optim.max_grad_norm=0"], "optim.max_grad_norm must be > 0, got 0.0"),
     (["optim.lr=.nan"], "optim.lr must be a finite number, got nan"),
     (["reward.weights={correctness: .inf}"], "reward.weights.correctness must be a finite"),
-    (["reward.weights={correctnes: 1}"], "reward.weights: unknown component 'correctnes'"),
-    (["reward.plugins=[no_such_plugin]"], "reward.plugins: cannot import 'no_such_plugin'"),
-    (
-        [
-            "algorithm.advantage=lens",
-            "reward.weights={format: 1}",
-            "reward.correctness_component=format",
-        ],
-        "reward.correctness_component: reward component 'format' is not a correctness reward",
-    ),
     (["train.output_dir="], "train.output_dir is empty"),
     (["train.output_dir=  "], "train.output_dir is empty"),
 ]
@@ -271,6 +258,42 @@ def test_bad_values_are_refused_at_load_naming_key_and_range(
 ) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(None, overrides)
+    assert message in str(caught.value)
+
+
+# What this machine has, and the names that registries resolve (reward.plugins extend them):
+# loading passes, preflight refuses.
+AT_PREFLIGHT = [
+    (["model.device=cuda:99"], "model.device=cuda:99, but this machine has"),
+    (
+        ["data.benchmark=arith", "data.options={levl: easy}"],
+        "data.options: unknown option 'levl' for benchmark 'arith'; valid options: level, size",
+    ),
+    (["data.options={level: easy}"], "for benchmark 'gsm8k'; valid options: none"),
+    (["data.benchmark=gsm9k"], "data.benchmark: unknown benchmark 'gsm9k'"),
+    (["data.split=validation"], "data.split: benchmark 'gsm8k' has no split 'validation'"),
+    (["reward.weights={correctnes: 1}"], "reward.weights: unknown component 'correctnes'"),
+    (["reward.plugins=[no_such_plugin]"], "reward.plugins: cannot import 'no_such_plugin'"),
+    (
+        [
+            "algorithm.advantage=lens",
+            "reward.weights={format: 1}",
+            "reward.correctness_component=format",
+        ],
+        "reward.correctness_component: reward component 'format' is not a correctness reward",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"), AT_PREFLIGHT, ids=[" ".join(o) for o, _ in AT_PREFLIGHT]
+)
+def test_names_and_the_machine_are_refused_at_preflight_naming_the_key(
+    overrides: list[str], message: str
+) -> None:
+    load_config(None, overrides)
+    with pytest.raises(ConfigError) as caught:
+        load_run_config(None, overrides)
     assert message in str(caught.value)
 
 
@@ -355,15 +378,16 @@ def test_rollout_engine_auto_is_vllm_where_installed_and_one_process(
         monkeypatch.setattr(importlib.util, "find_spec", find_spec)
         monkeypatch.setenv("WORLD_SIZE", processes)
         questions = ["rollout.questions_per_step=4"]  # a multiple of 2 processes
-        config = load_config(CONFIGS / "quickstart_gsm8k.yaml", questions)
-        assert config.rollout.engine == expected, (installed, processes)
+        loaded = load_config(CONFIGS / "quickstart_gsm8k.yaml", questions)
+        assert loaded.rollout.engine == "auto"  # loading a file reads no machine
+        assert preflight(loaded).rollout.engine == expected, (installed, processes)
     # the GSM8K presets choose it; without vLLM (this environment) they train on transformers
     monkeypatch.setattr(importlib.util, "find_spec", real)
     monkeypatch.setenv("WORLD_SIZE", "1")
     for preset in sorted(CONFIGS.glob("*_gsm8k.yaml")):
         raw = yaml.safe_load(preset.read_text())
         assert raw["rollout"]["engine"] == "auto", preset.name
-        assert load_config(preset).rollout.engine == "transformers", preset.name
+        assert load_run_config(preset).rollout.engine == "transformers", preset.name
 
 
 @pytest.mark.parametrize(("value", "engine_args"), [("null", None), ("false", False)])
@@ -388,3 +412,47 @@ def test_vllm_enforce_eager_reaches_the_engine_only_when_set(
     expected = None if engine_args is None else {"enforce_eager": engine_args}
     assert seen["engine_args"] == expected
     assert seen["memory"] == config.rollout.vllm_memory
+
+
+def test_a_file_naming_cuda_or_vllm_loads_anywhere_and_preflight_refuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run's config.yaml loads on a machine without CUDA or vLLM (to read it, compare it,
+    resume elsewhere); the run starts only where they are, refused in one line naming the key."""
+    import importlib.util
+
+    import torch
+
+    from groupwise.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    cases = {
+        "model:\n  device: cuda\n": (
+            "model.device=cuda, but this machine has 0 CUDA device(s); use model.device=auto or cpu"
+        ),
+        "rollout:\n  engine: vllm\n": (
+            "rollout.engine=vllm: the vllm engine needs vLLM, which is not installed here: "
+            "pip install vllm (GPUs)"
+        ),
+    }
+    for text, message in cases.items():
+        path = tmp_path / "config.yaml"
+        path.write_text(text)
+        config = load_config(path)  # loading passes
+        assert (config.model.device, config.rollout.engine) != ("auto", "transformers")
+        with pytest.raises(ConfigError) as caught:
+            preflight(config)
+        assert str(caught.value).startswith(message)
+        with pytest.raises(ConfigError) as caught:
+            load_run_config(path)
+        assert str(caught.value).startswith(f"{path}: {message}")
+        # the command refuses before the run folder: one line, exit status 2
+        run = tmp_path / "run"
+        assert main(["train", "--config", str(path), f"train.output_dir={run}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"groupwise train: {path}: {message}")
+        assert not run.exists()

@@ -19,9 +19,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from groupwise.config import ConfigError
 from groupwise.records import iter_jsonl
-from groupwise.train.config import ConfigError, load_config
 from groupwise.train.distributed import Distributed
+from groupwise.train.preflight import load_run_config
 
 
 def logged(path: Path) -> list[dict]:
@@ -198,16 +199,16 @@ def test_question_shard_gives_each_process_its_questions_of_each_minibatch() -> 
 
 
 def test_questions_per_step_must_split_over_the_processes(tmp_path: Path, monkeypatch) -> None:
-    """Checked when the config loads, from the launcher's WORLD_SIZE: before any model loads."""
+    """Checked at preflight, from the launcher's WORLD_SIZE: before any model loads."""
     monkeypatch.setenv("WORLD_SIZE", "2")
     overrides = ["rollout.questions_per_step=3", f"train.output_dir={tmp_path}", "model.name=x"]
     with pytest.raises(
         ConfigError, match=r"questions_per_step=3 must be a multiple of .* processes \(2\)"
     ):
-        load_config(None, overrides)
+        load_run_config(None, overrides)
     with pytest.raises(ConfigError, match=r"processes \(2\) x algorithm.minibatches \(2\)"):
-        load_config(
+        load_run_config(
             None, [*overrides[1:], "rollout.questions_per_step=6", "algorithm.minibatches=2"]
         )
-    fits = load_config(None, [*overrides[1:], "rollout.questions_per_step=4"])
+    fits = load_run_config(None, [*overrides[1:], "rollout.questions_per_step=4"])
     assert fits.rollout.questions_per_step == 4

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from groupwise.train.config import load_config
+from groupwise.train.preflight import load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ("src", "tests", "bench", "testbed", "scripts", "configs")
@@ -280,4 +280,4 @@ def test_python_block_runs_as_written(code: str, data_dir: Path, tmp_path: Path)
 def test_yaml_block_loads_as_a_training_config(config: str, tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(config, encoding="utf-8")
-    load_config(path)  # raises ConfigError naming the key
+    load_run_config(path)  # raises ConfigError naming the key

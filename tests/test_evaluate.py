@@ -457,7 +457,7 @@ def _refused(
 
 @pytest.mark.parametrize(("flags", "expected"), [
     (["--max-new-tokens", "0"], "--max-new-tokens: must be an integer >= 1, got 0"),
-    (["--temperature", "-1"], "--temperature: must be a finite number >= 0 (0 = greedy), got -1.0"),
+    (["--temperature", "-1"], "--temperature: must be in [0, 1000000) (0 = greedy), got -1.0"),
     (["--top-p", "0"], "--top-p: must be in (0, 1], got 0.0"),
     (["--top-p", "1.5"], "--top-p: must be in (0, 1], got 1.5"),
     (["--n", "0"], "--n: must be an integer >= 1, got 0"),

@@ -45,7 +45,8 @@ from groupwise.train.checkpoint import (
     load_trainer_state,
     load_weights_into,
 )
-from groupwise.train.config import Config, config_to_dict, load_config
+from groupwise.train.config import Config
+from groupwise.train.config_file import config_to_dict, load_config
 from groupwise.train.run_folder import RunFolder, RunFolderError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,17 +11,19 @@ from typing import Any
 import numpy as np
 import pytest
 
+from groupwise.config import ConfigError
 from groupwise.models import load_model
 from groupwise.records import iter_jsonl
 from groupwise.rewards import RewardSuite
 from groupwise.rollout import TransformersGenerator
-from groupwise.train.config import ConfigError, load_config
+from groupwise.train.config_file import load_config
 from groupwise.train.heldout import (
     HeldoutEvaluation,
     accuracy_difference,
     mean_interval,
     read_heldout,
 )
+from groupwise.train.preflight import load_run_config
 from groupwise.train.trainer import Trainer
 
 HELDOUT = "data.heldout={benchmark: arith, split: test, options: {level: easy, size: 6}}"
@@ -100,7 +102,7 @@ def test_config_checks_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"data.heldout: unknown key\(s\) \['level'\]"):
         load_config(None, [*base, "data.heldout={benchmark: arith, level: mid}"])
     with pytest.raises(ConfigError, match="data.heldout.split: benchmark 'arith' has no split"):
-        load_config(None, [*base, "data.heldout={benchmark: arith, split: dev}"])
+        load_run_config(None, [*base, "data.heldout={benchmark: arith, split: dev}"])
     with pytest.raises(ConfigError, match="train.eval_samples must be >= 1, got 0"):
         load_config(None, [*base, "train.eval_samples=0"])
     # no evaluation needs no held-out problems
@@ -111,7 +113,7 @@ def test_config_checks_name_the_key(tmp_path: Path) -> None:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3-step run evaluated at steps 0, 2 and 3."""
     run_dir = tmp_path_factory.mktemp("heldout") / "run"
-    Trainer(load_config(None, run_overrides(run_dir))).train()
+    Trainer(load_run_config(None, run_overrides(run_dir))).train()
     return run_dir
 
 
@@ -190,9 +192,9 @@ def test_a_resumed_run_logs_the_evaluations_of_an_uninterrupted_one(
 ) -> None:
     # Stopped after step 2 (its last step then, so evaluated), resumed to step 3: the log keeps
     # steps 0 and 2 and adds 3, as the uninterrupted run wrote them.
-    first = Trainer(load_config(None, run_overrides(tmp_path, "train.max_steps=2")))
+    first = Trainer(load_run_config(None, run_overrides(tmp_path, "train.max_steps=2")))
     first.train()
-    Trainer(load_config(None, run_overrides(tmp_path)), resume=True).train()
+    Trainer(load_run_config(None, run_overrides(tmp_path)), resume=True).train()
 
     def comparable(rows: list[dict]) -> list[dict]:
         return [{k: v for k, v in r.items() if k != "seconds_heldout"} for r in rows]

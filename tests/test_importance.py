@@ -100,10 +100,10 @@ def _learned(
     the sampler difference, and the weights after."""
     from test_trainer import base_overrides
 
-    from groupwise.train.config import load_config
+    from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
 
-    config = load_config(None, [*base_overrides(tmp_path), "rollout.temperature=0.7"])
+    config = load_run_config(None, [*base_overrides(tmp_path), "rollout.temperature=0.7"])
     if cap is not None:  # the config refuses it without vLLM; the learner applies it as given
         config.rollout.importance_correction, config.rollout.importance_cap = True, cap
     trainer = Trainer(config)
@@ -155,7 +155,8 @@ def test_config_refuses_the_correction_without_vllm_and_vllm_with_processes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from groupwise.config import ConfigError
-    from groupwise.train.config import load_config
+    from groupwise.train.config_file import load_config
+    from groupwise.train.preflight import load_run_config
 
     with pytest.raises(ConfigError, match="importance_correction .* needs rollout.engine=vllm"):
         load_config(None, ["rollout.importance_correction=true"])
@@ -163,4 +164,4 @@ def test_config_refuses_the_correction_without_vllm_and_vllm_with_processes(
         load_config(None, ["rollout.engine=vllm", "rollout.importance_cap=0.5"])
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="engine=vllm runs one engine in a single training"):
-        load_config(None, ["rollout.engine=vllm", "rollout.questions_per_step=2"])
+        load_run_config(None, ["rollout.engine=vllm", "rollout.questions_per_step=2"])

@@ -24,7 +24,7 @@ from groupwise.models import load_model, register_model_alias
 from groupwise.rewards import check_answers
 from groupwise.rollout import SamplingParams, TransformersGenerator
 from groupwise.sft import SFTSettings, load_base_policy
-from groupwise.train.config import load_config
+from groupwise.train.preflight import load_run_config
 from groupwise.train.trainer import Trainer
 from testbed import learning, plan
 from testbed import report as learning_report
@@ -108,7 +108,7 @@ def test_grpo_on_easy_raises_held_out_accuracy(
     model, tokenizer = load_model(base_alias)
     before = held_out_accuracy(model, tokenizer, problems)
 
-    trainer = Trainer(load_config(CONFIG, [*RL_OVERRIDES, f"train.output_dir={tmp_path}"]))
+    trainer = Trainer(load_run_config(CONFIG, [*RL_OVERRIDES, f"train.output_dir={tmp_path}"]))
     trainer.train()
     after = held_out_accuracy(trainer.model, trainer.tokenizer, problems)
 

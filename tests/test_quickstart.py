@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from groupwise.train.config import load_config
+from groupwise.train.config_file import load_config
 from groupwise.train.heldout import read_heldout
 
 REPO = Path(__file__).resolve().parents[1]

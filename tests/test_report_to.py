@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from groupwise.cli import main
+from groupwise.config import ConfigError
 from groupwise.records import iter_jsonl
-from groupwise.train.config import ConfigError, load_config
+from groupwise.train.config_file import load_config
 from groupwise.train.metrics_log import MetricsLog
 from groupwise.train.report_to import mlflow_name, scalars
 from groupwise.train.trainer import Trainer

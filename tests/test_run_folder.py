@@ -17,7 +17,8 @@ import torch
 import yaml
 
 from groupwise.train.checkpoint import list_checkpoints, write_manifest
-from groupwise.train.config import Config, load_config
+from groupwise.train.config import Config
+from groupwise.train.config_file import load_config
 from groupwise.train.metrics_log import JsonlLog, trim_jsonl
 from groupwise.train.run_folder import (
     CONFIG_FILE,
@@ -115,7 +116,7 @@ def test_an_empty_output_dir_is_refused() -> None:
 
 HOLDER = """
 import sys, time
-from groupwise.train.config import load_config
+from groupwise.train.config_file import load_config
 from groupwise.train.run_folder import RunFolder
 overrides = ["model.name=tiny-random", "train.output_dir=" + sys.argv[1]]
 folder = RunFolder.open(sys.argv[1], load_config(None, overrides), "fresh")

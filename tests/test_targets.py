@@ -23,7 +23,8 @@ from groupwise.algorithms import (
     preference_coefficients,
     unreachable_margin,
 )
-from groupwise.train.config import ConfigError, load_config
+from groupwise.config import ConfigError
+from groupwise.train.preflight import load_run_config
 
 # two groups of G = 3: mixed (1 0 0 with a bonus) and all wrong
 REWARDS = torch.tensor([1.2, 0.3, 0.0, 0.4, 0.1, 0.0])
@@ -131,7 +132,7 @@ def test_the_largest_reward_gap_and_a_margin_above_it() -> None:
 
 def test_our_config_refuses_a_margin_no_pair_can_exceed() -> None:
     with pytest.raises(ConfigError, match=r"algorithm.margin=1 is not below 1"):
-        load_config(
+        load_run_config(
             None,
             [
                 "algorithm.amir=true",
@@ -140,7 +141,7 @@ def test_our_config_refuses_a_margin_no_pair_can_exceed() -> None:
                 "reward.correctness_component=binary",
             ],
         )
-    load_config(
+    load_run_config(
         None,
         [
             "algorithm.amir=true",

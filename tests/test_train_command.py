@@ -20,10 +20,12 @@ import torch
 
 import groupwise.train.trainer as trainer_module
 from groupwise.cli import main
+from groupwise.config import ConfigError
 from groupwise.errors import NonFiniteError
 from groupwise.records import iter_jsonl
 from groupwise.train.checkpoint import checkpoint_problem
-from groupwise.train.config import ConfigError, load_config, save_config
+from groupwise.train.config_file import load_config, save_config
+from groupwise.train.preflight import load_run_config
 
 
 def logged(path: Path) -> list[dict]:
@@ -133,7 +135,7 @@ def test_resume_with_a_changed_setting_is_refused_by_name(tmp_path: Path, capsys
 
 HOLDER = """
 import sys, time
-from groupwise.train.config import load_config
+from groupwise.train.config_file import load_config
 from groupwise.train.run_folder import RunFolder
 
 RunFolder.open(sys.argv[1], load_config(None, sys.argv[2:]), "fresh")
@@ -291,7 +293,7 @@ def test_a_non_finite_loss_is_caught_before_backward(tmp_path: Path, monkeypatch
         return dataclasses.replace(terms, policy=terms.policy * float("nan"))
 
     monkeypatch.setattr(learner, "loss_terms", nan_loss)
-    config = load_config(None, tiny_run(tmp_path / "run")[1:])
+    config = load_run_config(None, tiny_run(tmp_path / "run")[1:])
     trainer = trainer_module.Trainer(config)
     before = [p.detach().clone() for p in trainer.params]
     with pytest.raises(NonFiniteError, match=r"step 1: non-finite loss \(nan\)"):

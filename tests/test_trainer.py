@@ -21,7 +21,8 @@ from groupwise.algorithms import mine_pairs
 from groupwise.completion_logprobs import completion_logprobs
 from groupwise.models import load_model, reference_policy
 from groupwise.records import iter_jsonl
-from groupwise.train.config import config_from_dict, load_config
+from groupwise.train.config_file import config_from_dict
+from groupwise.train.preflight import load_run_config
 from groupwise.train.trainer import Trainer
 
 
@@ -65,7 +66,7 @@ def base_overrides(run_dir: Path) -> list[str]:
 
 
 def make_trainer(tmp_path: Path, *extra: str, resume: bool = False) -> Trainer:
-    return Trainer(load_config(None, [*base_overrides(tmp_path), *extra]), resume=resume)
+    return Trainer(load_run_config(None, [*base_overrides(tmp_path), *extra]), resume=resume)
 
 
 def trainable(trainer: Trainer) -> list[torch.Tensor]:
@@ -327,6 +328,6 @@ def test_print_config_shows_resolved_values(capsys) -> None:
     assert "  # beta_DPO, temperature of the pair logit z" in printed
     assert "Valid: > 0." in printed.split("beta_dpo:")[0].rsplit("beta_DPO", 1)[1]
     assert printed.count("\n  # ") >= sum(len(section) for section in resolved.values())
-    assert config_from_dict(resolved) == load_config(
+    assert config_from_dict(resolved) == load_run_config(
         REPO / "configs" / "quickstart_gsm8k.yaml", ["optim.lr=3e-5"]
     )

@@ -14,8 +14,9 @@ import pytest
 import torch
 from test_trainer import TESTS, _comparable, base_overrides, logged, make_trainer, trainable
 
+from groupwise.config import ConfigError
 from groupwise.data import load_benchmark
-from groupwise.train.config import ConfigError, load_config
+from groupwise.train.config_file import load_config
 from groupwise.train.sampler import ProblemSampler
 
 # Q = 2 questions x G = 4; text_hash gives 3.0 to about a third of texts, so some groups of 4
@@ -127,7 +128,7 @@ def test_masked_truncated_completions_leave_the_loss_and_the_pairs(tmp_path: Pat
 )
 def test_bad_dapo_settings_name_the_option(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_config(None, overrides).validate()
+        load_config(None, overrides)
 
 
 def test_two_processes_fill_their_own_slots_with_their_own_kept_groups(tmp_path: Path) -> None:

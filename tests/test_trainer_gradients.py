@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from groupwise.rewards import Scores, Verdict
 from groupwise.rollout import Rollouts
 from groupwise.train.batch import ScoredBatch
-from groupwise.train.config import load_config
+from groupwise.train.preflight import load_run_config
 from groupwise.train.step_metrics import step_metrics
 from groupwise.train.trainer import Trainer
 
@@ -415,7 +415,7 @@ def fixed_batch_trainer(
         f"train.output_dir={tmp_path}",
         *case.overrides,
     ]
-    trainer = Trainer(load_config(None, [o for o in overrides if o]))
+    trainer = Trainer(load_run_config(None, [o for o in overrides if o]))
     model = trainer.model
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():

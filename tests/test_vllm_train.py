@@ -162,10 +162,10 @@ def test_real_vllm_rollouts_give_the_transformers_engines_loss_without_correctio
 
 
 def test_the_gsm8k_presets_choose_vllm_where_it_is_installed() -> None:
-    from groupwise.train.config import load_config
+    from groupwise.train.preflight import load_run_config
 
     for preset in sorted((REPO / "configs").glob("*_gsm8k.yaml")):
-        assert load_config(preset).rollout.engine == "vllm", preset.name
+        assert load_run_config(preset).rollout.engine == "vllm", preset.name
 
 
 def test_dynamic_sampling_with_vllm_rollouts(model_dir: str, tmp_path: Path) -> None:

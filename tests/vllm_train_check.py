@@ -28,13 +28,13 @@ def main(argv: list[str]) -> None:
     overrides = argv[4:] if argv[3:4] == ["--"] else argv[3:]
     from vllm_trl_run import tiny_vllm_model
 
-    from groupwise.train.config import load_config
     from groupwise.train.learner import LearnSettings
+    from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
 
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         tiny_vllm_model(model_dir)
-    config = load_config(
+    config = load_run_config(
         None,
         [f"model.name={model_dir}", f"train.output_dir={run_dir}", *overrides],
     )

@@ -8,7 +8,7 @@ values, nested dataclasses); an unknown key or a wrong type is a ConfigError nam
 what is valid (for an unknown key, the closest valid one first). `documented_yaml` writes a
 config back as YAML with each option's documentation as a comment (the docstring under its
 declaration, or its field metadata "doc"). Range and cross-field checks belong to each
-configuration (e.g. train's `Config.validate`).
+configuration (e.g. train's train.config_checks).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from groupwise.config import apply_override, build
 from groupwise.data.synthetic import LEVELS, generate_problems
 from groupwise.entry import main_of
 from groupwise.models import ARITH_BASE_DIR, load_saved_llama
-from groupwise.options import check_options, option
+from groupwise.options import Rule, check_options, option
 
 # Changing what training does (data, loss, schedule, tokenizer) must change this, so that
 # caches written by older code are not reused.
@@ -59,13 +59,6 @@ SHIPPED_DIR = ARITH_BASE_DIR
 # base_policy_scores: test problems per level and the greedy completion's token budget.
 SCORED_PROBLEMS = 100
 SCORED_TOKENS = 96
-
-
-POSITIVE = "an integer >= 1"
-
-
-def _positive(value: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True)
@@ -91,40 +84,41 @@ class SFTSettings:
     levels: tuple[str, ...] = option(
         ("easy", "mid", "hard"),
         """Levels of the "arith" train split, in equal shares; a level named twice gets two.""",
-        f"one or more levels (valid levels: {sorted(LEVELS)})",
-        lambda v: bool(v) and all(level in LEVELS for level in v),
+        rule=Rule(
+            f"one or more levels (valid levels: {sorted(LEVELS)})",
+            lambda v: bool(v) and all(level in LEVELS for level in v),
+        ),
     )
     examples: int = option(
         6000,
         """Distinct training problems in all (split over levels).""",
-        POSITIVE,
-        _positive,
+        integer=True,
+        ge=1,
     )
     steps: int = option(
         600,
         """Optimizer steps of batch_size examples; the main knob for how weak the policy is.""",
-        POSITIVE,
-        _positive,
+        integer=True,
+        ge=1,
     )
     lr: float = option(
         3e-3,
         """Peak AdamW learning rate (linear warm-up over warmup_steps, cosine decay to 10 %).""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
-    warmup_steps: int = option(30, """Steps of the linear warm-up.""", ">= 0", lambda v: v >= 0)
-    batch_size: int = option(32, """Examples per optimizer step.""", POSITIVE, _positive)
+    warmup_steps: int = option(30, """Steps of the linear warm-up.""", ge=0)
+    batch_size: int = option(32, """Examples per optimizer step.""", integer=True, ge=1)
     hidden_size: int = option(
         128,
         """Width of the LlamaForCausalLM (embeddings tied with the output layer); divisible by
         num_heads.""",
-        POSITIVE,
-        _positive,
+        integer=True,
+        ge=1,
     )
-    num_layers: int = option(4, """Decoder layers.""", POSITIVE, _positive)
-    num_heads: int = option(4, """Attention heads of each layer.""", POSITIVE, _positive)
-    intermediate_size: int = option(384, """Width of the MLP of each layer.""", POSITIVE, _positive)
-    weight_decay: float = option(0.01, """AdamW weight decay.""", ">= 0", lambda v: v >= 0)
+    num_layers: int = option(4, """Decoder layers.""", integer=True, ge=1)
+    num_heads: int = option(4, """Attention heads of each layer.""", integer=True, ge=1)
+    intermediate_size: int = option(384, """Width of the MLP of each layer.""", integer=True, ge=1)
+    weight_decay: float = option(0.01, """AdamW weight decay.""", ge=0)
     seed: int = option(
         0, """Seed of the train problems, the initial weights and the batch order."""
     )

@@ -104,8 +104,7 @@ class AlgorithmOptions:
         0.25,
         "LENS: weight alpha of the advantages of groups with no correct answer (paper "
         "0.25). docs/algorithms.md §3.",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     lens_mode: Literal["full", "mixed_only", "negative_only"] = option(
         "full",
@@ -128,8 +127,7 @@ class AlgorithmOptions:
         0.5,
         """beta_DPO, temperature of the pair logit z (official code's CLI 0.5; its
         README's Gemma run 0.2). docs/algorithms.md §2.""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     margin: float = option(
         2.0,
@@ -139,8 +137,7 @@ class AlgorithmOptions:
         below 1 (0.5 pairs every correct with every wrong answer). A margin no two completions
         can exceed is refused when the reward's range is known, else warned about once.
         docs/algorithms.md §2.""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     pair_mode: Literal["all", "topk"] = option(
         "all",
@@ -151,8 +148,9 @@ class AlgorithmOptions:
         None,
         """Keep at most this many pairs per group, the largest reward gaps first; null =
         no cap (official code's option). docs/algorithms.md §2.""",
-        ">= 1 (or null: all)",
-        lambda v: v is None or v >= 1,
+        ge=1,
+        allow_none=True,
+        note="(or null: all)",
     )
     ref_free: bool = option(
         True,
@@ -163,42 +161,39 @@ class AlgorithmOptions:
         0.01,
         "Initial lambda_reg (official code 0.01), within [lambda_min, lambda_max]. "
         "docs/algorithms.md §2.",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     lambda_low: float = option(
         0.30,
         "Below this measured ratio lambda grows (official 0.30). docs/algorithms.md §2.",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     lambda_high: float = option(
         0.70,
         "Above this measured ratio lambda shrinks (official 0.70), > lambda_low. "
         "docs/algorithms.md §2.",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     lambda_up: float = option(
-        1.25, "Growth factor (official 1.25). docs/algorithms.md §2.", "> 1", lambda v: v > 1
+        1.25,
+        "Growth factor (official 1.25). docs/algorithms.md §2.",
+        gt=1,
     )
     lambda_down: float = option(
         0.8,
         "Shrink factor (official 0.8). docs/algorithms.md §2.",
-        "in (0, 1)",
-        lambda v: 0 < v < 1,
+        gt=0,
+        lt=1,
     )
     lambda_min: float = option(
         0.005,
         "Lower bound of lambda_reg (official 0.005). docs/algorithms.md §2.",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     lambda_max: float = option(
         0.05,
         "Upper bound of lambda_reg (official 0.05). docs/algorithms.md §2.",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     lambda_measure: Literal["loss", "grad", "fixed"] = option(
         "loss",
@@ -211,18 +206,23 @@ class AlgorithmOptions:
         1,
         """With lambda_measure=grad: measure every N steps (each measure costs one more
         backward pass of the preference term). Ours.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
 
     def check(self, name: Callable[[str], str] = str) -> None:
-        """Raise ValueError naming the first option outside its range or choices, or an
-        unknown estimator; `name` maps an option to the name the user typed."""
-        check_options(self, name)
+        """Raise ValueError naming the first option outside its range, choices or order
+        (`check_values`), or an unknown estimator; `name` maps an option to the name the user
+        typed."""
+        self.check_values(name)
         try:
             get_advantage_estimator(self.advantage)
         except ValueError as error:
             raise ValueError(f"{name('advantage')}: {error}") from None
+
+    def check_values(self, name: Callable[[str], str] = str) -> None:
+        """`check` without the estimator's name, which a registry that plugins extend resolves:
+        each option in its range or choices, the orders of the lambda rule's bounds."""
+        check_options(self, name)
         if not self.lambda_min <= self.lambda_init <= self.lambda_max:
             raise ValueError(
                 f"{name('lambda_init')} must lie in [{name('lambda_min')}, {name('lambda_max')}]"

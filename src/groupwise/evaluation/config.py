@@ -24,12 +24,11 @@ or a file is written; `InvalidSetting` names the setting and its valid range.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from groupwise.options import option
+from groupwise.options import Rule, option
 from groupwise.records import MEAN_LOGP_NOTE
 
 PAPER_BENCHMARKS = (
@@ -144,10 +143,6 @@ def _is_int(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class EvalConfig:
     """The settings of one evaluation (saved as config.json in its folder). Each field is
@@ -160,8 +155,7 @@ class EvalConfig:
         folder (or its final/ or a checkpoint folder): its weights, evaluated with its prompt,
         checking mode, lengths and sampling unless flags say otherwise; with the openai engine
         the served model name.""",
-        valid="a non-empty name",
-        check=lambda v: isinstance(v, str) and bool(v.strip()),
+        rule=Rule("a non-empty name", lambda v: isinstance(v, str) and bool(v.strip())),
         cli={"default": None},
     )
     adapter: str | None = option(
@@ -175,7 +169,7 @@ class EvalConfig:
         aqua@format=official): the labels of the problems and of the results.""",
         cli={"metavar": "SPEC,SPEC,..."},
     )
-    n: int = option(8, """Samples per problem.""", "an integer >= 1", lambda v: _is_int(v, 1))
+    n: int = option(8, """Samples per problem.""", integer=True, ge=1)
     ks: tuple[int, ...] = option(
         (1, 2, 4),
         """Comma-separated k of pass@k, each in 1..n (default: the preset's; for a training
@@ -185,18 +179,17 @@ class EvalConfig:
     temperature: float = option(
         0.6,
         """Sampling temperature (0 = greedy).""",
-        "a finite number >= 0 (0 = greedy)",
-        lambda v: _is_number(v) and math.isfinite(v) and 0 <= v < 1e6,
+        ge=0,
+        lt=1_000_000,
+        note="(0 = greedy)",
     )
     top_p: float = option(
         1.0,
         """Nucleus sampling: the top-p mass.""",
-        "in (0, 1]",
-        lambda v: _is_number(v) and 0 < v <= 1,
+        gt=0,
+        le=1,
     )
-    max_new_tokens: int = option(
-        1024, """Most tokens of a completion.""", "an integer >= 1", lambda v: _is_int(v, 1)
-    )
+    max_new_tokens: int = option(1024, """Most tokens of a completion.""", integer=True, ge=1)
     prompt: str = option(
         "amir",
         """Prompt template (groupwise.data.prompts.TEMPLATES).""",
@@ -213,8 +206,9 @@ class EvalConfig:
     limit: int | None = option(
         None,
         """The first N problems of each benchmark (none: all).""",
-        "an integer >= 1",
-        lambda v: v is None or _is_int(v, 1),
+        integer=True,
+        ge=1,
+        allow_none=True,
     )
     batch_size: int = option(
         64,
@@ -223,18 +217,17 @@ class EvalConfig:
         (default by engine: """
         + ", ".join(f"{k} {v}" for k, v in DEFAULT_BATCH_SIZES.items())
         + ").",
-        "an integer >= 1",
-        lambda v: _is_int(v, 1),
+        integer=True,
+        ge=1,
         cli={"default": None},
     )
     dtype: str = option(
         "float32",
         """Weights dtype (transformers and vllm engines; auto: the checkpoint's own).""",
-        f"one of {', '.join(DTYPE_NAMES)}",
-        lambda v: v in DTYPE_NAMES,
+        choices=DTYPE_NAMES,
         cli={"choices": lambda: DTYPE_NAMES},
     )
-    seed: int = option(0, """The sampling seed.""", "an integer >= 0", lambda v: _is_int(v, 0))
+    seed: int = option(0, """The sampling seed.""", integer=True, ge=0)
     data_dir: str | None = option(
         None,
         """Benchmark folder laid out like ../shared/data (default: $GROUPWISE_DATA, else
@@ -245,8 +238,7 @@ class EvalConfig:
         "transformers",
         """What samples: transformers (groupwise's decode loop, CPU or one GPU), vllm (vLLM in
         process) or openai (any OpenAI-compatible server at --base-url).""",
-        f"one of {', '.join(ENGINES)}",
-        lambda v: v in ENGINES,
+        choices=ENGINES,
         cli={"choices": lambda: ENGINES},
     )
     api: str | None = option(

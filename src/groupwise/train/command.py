@@ -1,6 +1,7 @@
 """`groupwise train --config configs/X.yaml [key.sub=value ...] [--resume | --overwrite]`.
 
-Before any model or data is loaded, the config is validated and the run folder opened
+Before any model or data is loaded, the config is checked, this machine's side of it too
+(train.preflight: devices, engine, processes, plugins), and the run folder opened
 (`RunFolder`: locked, refused when it holds another run, compared with the saved config on
 --resume). A start that ends before its first step (a missing model or data folder) removes
 what it wrote, so the corrected command runs as typed. A user error (config, run folder, data
@@ -22,7 +23,8 @@ import sys
 
 from groupwise.config import ConfigError, documented_yaml
 from groupwise.errors import NonFiniteError, RewardError
-from groupwise.train.config import Config, load_config
+from groupwise.train.config import Config
+from groupwise.train.preflight import load_run_config
 from groupwise.train.run_folder import RunFolder, RunFolderError
 
 DEBUG_ENV = "GROUPWISE_DEBUG"
@@ -67,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        config = load_config(args.config, args.overrides)
+        config = load_run_config(args.config, args.overrides)
         if args.print_config:
             print(documented_yaml(config), end="")
             return 0

@@ -1,38 +1,21 @@
-"""Training configuration: the sections of `groupwise train`'s config and their checks.
+"""Training configuration: the sections of `groupwise train`'s config, declarations only.
 
-Every option is declared here with its default and where it comes from (paper, official code,
-or ours; see docs/algorithms.md); the algorithm options every engine shares come from
-groupwise.algorithms.AlgorithmOptions. Reading YAML, overrides and type checks are
-groupwise.config; the range and cross-field checks are `Config.validate`. Unknown keys and bad
-values are errors that name the valid choices.
+Every option is declared here once (`groupwise.options.option`) with its default, where it comes
+from (paper, official code, or ours; see docs/algorithms.md) and its valid range; the algorithm
+options every engine shares come from groupwise.algorithms.AlgorithmOptions. The config's
+other rooms (docs/design.md, "Layout (the rooms)"): reading YAML, overrides and type checks are
+groupwise.config, loading and saving a file train.config_file, the ranges and the rules between
+options train.config_checks, what depends on the machine or the plugins train.preflight.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import importlib
-import importlib.util
-import math
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from groupwise.algorithms import (
-    Algorithm,
-    AlgorithmOptions,
-    LossSettings,
-    RewardFacts,
-)
-from groupwise.config import ConfigError, apply_override, build, read_yaml
-from groupwise.data import TEMPLATES, MixPart, benchmark_options, benchmark_splits
-from groupwise.options import check_options, option
-from groupwise.rewards import checking_mode, component_names, correct_value, get_component
-from groupwise.train.distributed import processes_from_environment
-from groupwise.train.report_to import PACKAGES, check_report_to
+from groupwise.algorithms import AlgorithmOptions, LossSettings
+from groupwise.options import Rule, option
+from groupwise.train.report_to import PACKAGES
 
 DEFAULT_BENCHMARK = "gsm8k"
 
@@ -61,20 +44,18 @@ class ModelConfig:
     lora_r: int = option(
         16,
         """LoRA rank r (AMIR-GRPO paper: 16).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     lora_alpha: int = option(
         16,
         """LoRA alpha; the update is scaled by alpha / r (AMIR-GRPO paper: 16).""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     lora_dropout: float = option(
         0.0,
         """Dropout on the LoRA input, in [0, 1) (ours: 0, so that log-probs are deterministic).""",
-        "in [0, 1)",
-        lambda v: 0 <= v < 1,
+        ge=0,
+        lt=1,
     )
     lora_target_modules: str | list[str] = option(
         "all-linear",
@@ -128,8 +109,9 @@ class DataConfig:
     limit: int | None = option(
         None,
         """Use only the first N problems (after loading, before shuffling); null = all.""",
-        ">= 1 (or null: every problem)",
-        lambda v: v is None or v >= 1,
+        ge=1,
+        allow_none=True,
+        note="(or null: every problem)",
     )
     shuffle: bool = option(
         True,
@@ -150,40 +132,37 @@ class RolloutConfig:
     group_size: int = option(
         8,
         """G: completions sampled per question (AMIR-GRPO paper 8, LENS paper 16).""",
-        ">= 2 (a group of one has no baseline)",
-        lambda v: v >= 2,
+        ge=2,
+        note="(a group of one has no baseline)",
     )
     questions_per_step: int = option(
         1,
         """Questions per rollout batch; the batch holds questions_per_step x group_size
         completions (official AMIR code: 4; LENS: 128, in 4 mini-batches).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     temperature: float = option(
         1.0,
         """Sampling temperature, > 0 (both papers train at 1.0). Log-probs in the loss are taken
         at the same temperature, as TRL does.""",
-        "> 0 (training scores each completion at the temperature it was sampled with)",
-        lambda v: v > 0,
+        gt=0,
+        note="(training scores each completion at the temperature it was sampled with)",
     )
     top_p: float = option(
         1.0,
         """Nucleus sampling mass in (0, 1] (both papers: 1.0).""",
-        "in (0, 1]",
-        lambda v: 0 < v <= 1,
+        gt=0,
+        le=1,
     )
     max_new_tokens: int = option(
         256,
         """Completion length cap in tokens (AMIR-GRPO code 1024, LENS 4096).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     batch_size: int = option(
         64,
         """Completions generated per call of the engine (memory, not results).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     inference_copy: bool = option(
         True,
@@ -215,15 +194,14 @@ class RolloutConfig:
         3.0,
         """The cap of the truncated importance ratio (TRL's vllm_importance_sampling_clip_max,
         3.0).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     vllm_memory: float = option(
         0.3,
         """vllm only: the share of the accelerator's memory vLLM takes for weights and KV cache
         (its gpu_memory_utilization; on a CPU, VLLM_CPU_KVCACHE_SPACE GiB sizes the cache).""",
-        "in (0, 1)",
-        lambda v: 0 < v < 1,
+        gt=0,
+        lt=1,
     )
     dynamic_sampling: bool = option(
         False,
@@ -246,8 +224,7 @@ class RolloutConfig:
         10,
         """Dynamic sampling: at most this many draws of questions_per_step questions per step
         (verl's filter_groups.max_num_gen_batches; DAPO's recipe 10).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     vllm_enforce_eager: bool | None = option(
         None,
@@ -298,27 +275,25 @@ class RewardConfig:
         overlong_buffer.len): a reward column "overlong" that falls linearly from 0 to -1 over
         the last N tokens before rollout.max_new_tokens, weighted by reward.overlong_penalty;
         0 = off. docs/algorithms.md, "Overlong completions".""",
-        ">= 0 (0: off)",
-        lambda v: v >= 0,
+        ge=0,
+        note="(0: off)",
     )
     overlong_penalty: float = option(
         1.0,
         """The weight of the overlong column: the penalty at the length limit (verl's
         overlong_buffer.penalty_factor, 1.0).""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     workers: int = option(
         2,
         """Processes for answer checking (math-verify under a hard timeout), >= 1.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     timeout: float = option(
         5.0,
         """Seconds per answer check before it counts as a timeout, > 0.""",
-        "> 0 seconds",
-        lambda v: v > 0,
+        gt=0,
+        note="seconds",
     )
 
 
@@ -342,8 +317,7 @@ class AlgorithmConfig(AlgorithmOptions):
     advantage_eps: float = option(
         1e-4,
         """Added to the std before dividing (ours, as TRL). docs/algorithms.md §1.""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     loss_level: Literal["token", "sequence"] = option(
         "token",
@@ -359,35 +333,31 @@ class AlgorithmConfig(AlgorithmOptions):
     eps_low: float = option(
         0.2,
         """Clip range below: rho >= 1 - eps_low, in (0, 1) (both papers 0.2; GSPO 3e-4).""",
-        "in (0, 1)",
-        lambda v: 0 < v < 1,
+        gt=0,
+        lt=1,
     )
     eps_high: float = option(
         0.2,
         """Clip range above: rho <= 1 + eps_high, >= 0 (both papers 0.2; GSPO 4e-4).""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     kl_coef: float = option(
         0.0,
         """gamma, weight of the k3 KL to the reference policy, >= 0 (0 in both papers' code).""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     minibatches: int = option(
         1,
         """PPO mini-batches M: the rollout batch is split into M parts of whole questions, one
         optimizer step each, with advantages, pairs and logp_old taken once from the rollout
         policy (verl's ppo_mini_batch_size; LENS: 4). docs/algorithms.md §1.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     num_iterations: int = option(
         1,
         """Epochs over the rollout batch (TRL's mu): each replays every mini-batch once; 1 = each
         row is used once. docs/algorithms.md §1.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
 
     mask_truncated: bool = option(
@@ -417,39 +387,36 @@ class OptimConfig:
     lr: float = option(
         5e-6,
         """Peak learning rate, > 0 (AMIR-GRPO paper 5e-6; LENS 1e-6).""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     weight_decay: float = option(
         0.1,
         """AdamW decoupled weight decay (official AMIR code 0.1; verl's default 0.01).""",
-        ">= 0",
-        lambda v: v >= 0,
+        ge=0,
     )
     beta1: float = option(
         0.9,
         """AdamW beta1 (official AMIR code 0.9).""",
-        "in [0, 1)",
-        lambda v: 0 <= v < 1,
+        ge=0,
+        lt=1,
     )
     beta2: float = option(
         0.99,
         """AdamW beta2 (official AMIR code 0.99; verl's default 0.999).""",
-        "in [0, 1)",
-        lambda v: 0 <= v < 1,
+        ge=0,
+        lt=1,
     )
     max_grad_norm: float = option(
         0.1,
         """Clip the global gradient norm to this, > 0 (official AMIR code 0.1; verl 1.0).""",
-        "> 0",
-        lambda v: v > 0,
+        gt=0,
     )
     warmup_ratio: float = option(
         0.1,
         """Fraction of the optimizer updates with a linear warmup, in [0, 1) (official AMIR 10
         %).""",
-        "in [0, 1)",
-        lambda v: 0 <= v < 1,
+        ge=0,
+        lt=1,
     )
     schedule: Literal["cosine", "constant", "linear"] = option(
         "cosine",
@@ -465,15 +432,13 @@ class TrainConfig:
         1000,
         """Rollout batches to train on (official AMIR code 1000; LENS 1,600). Each takes
         minibatches x num_iterations optimizer updates.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     micro_batch_size: int = option(
         8,
         """Completions per forward/backward; rounded to whole groups (at least one group). Memory
         only: the update is the same for any value.""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     seed: int = option(
         0,
@@ -486,14 +451,13 @@ class TrainConfig:
     save_every: int = option(
         100,
         """Checkpoint every N steps (and always at the end).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
     keep_checkpoints: int = option(
         2,
         """Newest checkpoints kept in RUN/checkpoints (older ones are deleted).""",
-        ">= 0 (0 keeps every checkpoint)",
-        lambda v: v >= 0,
+        ge=0,
+        note="(0 keeps every checkpoint)",
     )
     tensorboard: bool = option(
         False,
@@ -504,8 +468,7 @@ class TrainConfig:
         tensorboard, wandb, trackio, mlflow (the names of HF's Trainer and TRL's report_to);
         [] = none. Each package must be installed (pip install 'groupwise[report]').
         docs/guides/train.md, "Where the metrics go".""",
-        valid="a list of: " + ", ".join(PACKAGES),
-        check=lambda v: all(name in PACKAGES for name in v),
+        rule=Rule("a list of: " + ", ".join(PACKAGES), lambda v: all(n in PACKAGES for n in v)),
         factory=list,
     )
     log_rollouts: bool = option(
@@ -535,8 +498,8 @@ class TrainConfig:
         """Stop after the step at which the completions sampled (every draw's, dynamic sampling
         included) reach N; 0 = no such limit. A budget in samples rather than steps; the
         learning-rate schedule still spans train.max_steps (ours).""",
-        ">= 0 (0: no limit)",
-        lambda v: v >= 0,
+        ge=0,
+        note="(0: no limit)",
     )
     eval_every: int = option(
         0,
@@ -545,20 +508,22 @@ class TrainConfig:
         calibration in metrics.jsonl, per-problem counts and the tables in RUN/heldout.jsonl;
         0 = never (ours; TRL's eval_strategy="steps" with eval_steps=N).
         groupwise.train.heldout.""",
-        ">= 0 (0: no held-out evaluation)",
-        lambda v: v >= 0,
+        ge=0,
+        note="(0: no held-out evaluation)",
     )
     eval_samples: int = option(
         4,
         """Samples per held-out problem, at rollout.temperature, top_p and max_new_tokens; the
         held-out accuracy is the fraction correct (pass@1, docs/algorithms.md §4).""",
-        ">= 1",
-        lambda v: v >= 1,
+        ge=1,
     )
 
 
 @dataclass
 class Config:
+    """A run's configuration: one section per YAML mapping (model:, data:, rollout:, reward:,
+    algorithm:, optim:, train:)."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -566,362 +531,3 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-
-    def validate(self) -> Config:
-        """Every value in its declared range (`option`) and the cross-field rules that one
-        option alone cannot express, before any model or data is loaded; errors name the key
-        and the valid range or choices. Imports reward.plugins first: they may register the
-        reward components, benchmarks and advantage estimators the config names."""
-        _import_plugins(self.reward.plugins)
-        _check_numbers(self)
-        if self.rollout.engine == "auto":
-            self.rollout.engine = installed_engine()
-        check_report_to(self.train.report_to)
-        _check_combinations(self)
-        _check_dapo(self)
-        _check_device(self.model.device)
-        if self.model.lora:
-            _check_target_modules(self.model.lora_target_modules)
-        if self.data.prompt not in TEMPLATES:
-            raise ConfigError(
-                f"data.prompt: invalid value {self.data.prompt!r}; valid choices: "
-                + ", ".join(TEMPLATES)
-            )
-        _check_rewards(self)
-        build_algorithm(self)
-        _check_data(self.data)
-        _check_heldout(self)
-        return self
-
-
-def build_algorithm(config: Config) -> Algorithm:
-    """The algorithm our trainer runs (groupwise.algorithms.AlgorithmOptions.build: the checks
-    of the correctness signal, the AMIR margin and the reference policy run there), from the
-    reward components' declared bounds and the trainer's GRPO settings. docs/algorithms.md §1-3."""
-    reward, algo = config.reward, config.algorithm
-    components = [get_component(name) for name in reward.weights]
-    overlong = [((-1.0, 0.0), reward.overlong_penalty)] if reward.overlong_buffer else []
-    facts = RewardFacts(
-        ranges=[part.bounds for part in components] + [bounds for bounds, _ in overlong],
-        weights=[reward.weights[part.name] for part in components] + [w for _, w in overlong],
-        correct_reward=_correct_reward(reward),
-        correctness_hint=(
-            f"it calibrates reward component '{reward.correctness_component}' "
-            "(reward.correctness_component), which is not in reward.weights "
-            f"{sorted(reward.weights)}"
-        ),
-    )
-    try:
-        return algo.build(
-            facts,
-            config.rollout.group_size,
-            name=lambda option: f"algorithm.{option}",
-            kl_coef=algo.kl_coef,
-            no_reference=None
-            if config.model.lora
-            else "it needs model.lora=true: the reference is the same model with the adapter "
-            "disabled",
-            scale=algo.scale_rewards,
-            std=algo.advantage_std,
-            eps=algo.advantage_eps,
-        )
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-
-
-def _correct_reward(reward: RewardConfig) -> float | None:
-    """What the correctness component adds for a correct answer (weight x its correct value);
-    None when it is not among the weighted components."""
-    component = reward.correctness_component
-    if component not in reward.weights:
-        return None
-    return reward.weights[component] * get_component(component).correct_value
-
-
-def check_question_split(questions: int, processes: int, minibatches: int) -> None:
-    """Each process takes whole questions of each mini-batch: questions_per_step must be a
-    multiple of processes x algorithm.minibatches."""
-    if questions % (processes * minibatches):
-        raise ConfigError(
-            f"rollout.questions_per_step={questions} must be a multiple of the number of "
-            f"processes ({processes}) x algorithm.minibatches ({minibatches}): each process "
-            "takes whole questions of each mini-batch"
-        )
-
-
-def _check_numbers(c: Config) -> None:
-    """Finite numbers, every option in its declared range, whole questions per mini-batch and
-    process."""
-    for key, value in _numbers(c):
-        if not math.isfinite(value):
-            raise ConfigError(f"{key} must be a finite number, got {value}")
-    for section in dataclasses.fields(c):
-        values = getattr(c, section.name)
-        try:
-            check_options(values, lambda option, s=section.name: f"{s}.{option}")
-            if isinstance(values, AlgorithmOptions):
-                values.check(lambda option: f"algorithm.{option}")
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
-    check_question_split(
-        c.rollout.questions_per_step, processes_from_environment(), c.algorithm.minibatches
-    )
-
-
-def installed_engine() -> str:
-    """What rollout.engine=auto means here: vllm where vLLM is importable and the run is one
-    process (one engine per training process is what the vllm engine runs), else transformers."""
-    has_vllm = importlib.util.find_spec("vllm") is not None
-    return "vllm" if has_vllm and processes_from_environment() == 1 else "transformers"
-
-
-def _check_combinations(c: Config) -> None:
-    """Options that only work together: the inference copy's dtype, the vllm engine's
-    options, a named run folder."""
-    if c.rollout.engine == "transformers" and c.rollout.importance_correction:
-        raise ConfigError(
-            "rollout.importance_correction corrects for the vllm engine's sampler; it needs "
-            "rollout.engine=vllm"
-        )
-    if c.rollout.engine == "vllm" and processes_from_environment() > 1:
-        raise ConfigError(
-            "rollout.engine=vllm runs one engine in a single training process; with several "
-            "processes use rollout.engine=transformers"
-        )
-    copy_dtype = c.rollout.engine == "transformers" and c.rollout.dtype != "auto"
-    if copy_dtype and not c.rollout.inference_copy:
-        raise ConfigError(
-            f"rollout.dtype={c.rollout.dtype} sets the dtype of the inference copy; "
-            "it needs rollout.inference_copy=true (or rollout.dtype=auto)"
-        )
-    if not c.train.output_dir.strip():
-        raise ConfigError("train.output_dir is empty: name the run folder")
-
-
-def _check_dapo(c: Config) -> None:
-    """Dynamic sampling's LENS-shaped metric needs LENS; the overlong buffer lies inside the
-    length limit."""
-    if c.rollout.filter_metric == "shaped" and c.algorithm.advantage != "lens":
-        raise ConfigError(
-            "rollout.filter_metric=shaped filters on the LENS-shaped rewards; it needs "
-            f"algorithm.advantage=lens (got {c.algorithm.advantage!r})"
-        )
-    if c.reward.overlong_buffer > c.rollout.max_new_tokens:
-        raise ConfigError(
-            f"reward.overlong_buffer={c.reward.overlong_buffer} must not exceed "
-            f"rollout.max_new_tokens={c.rollout.max_new_tokens}: the buffer lies before the limit"
-        )
-
-
-def _numbers(config: Config) -> list[tuple[str, float]]:
-    """(key, value) of every float option, and of the numbers inside mapping options
-    (reward.weights), for the finiteness check."""
-    found = []
-    for section in dataclasses.fields(config):
-        values = getattr(config, section.name)
-        for spec in dataclasses.fields(values):
-            key, value = f"{section.name}.{spec.name}", getattr(values, spec.name)
-            if isinstance(value, float):
-                found.append((key, value))
-            elif isinstance(value, dict):
-                found += [(f"{key}.{k}", v) for k, v in value.items() if isinstance(v, float)]
-    return found
-
-
-def _check_device(device: str) -> None:
-    """model.device: "auto", or a torch device this machine has."""
-    if device == "auto":
-        return
-    import torch  # only here: reading a config does not need torch otherwise
-
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        raise ConfigError(
-            f"model.device: invalid value {device!r}; valid: auto, cpu, cuda, cuda:N, mps"
-        ) from None
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0 or (parsed.index is not None and parsed.index >= count):
-            raise ConfigError(
-                f"model.device={device}, but this machine has {count} CUDA device(s); "
-                "use model.device=auto or cpu"
-            )
-    if parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("model.device=mps, but MPS is not available here; use auto or cpu")
-
-
-def _check_target_modules(target: str | list[str]) -> None:
-    """model.lora_target_modules: "all-linear", a non-empty list of module names, or the
-    regular expression peft matches against each module's full name (e.g. ".*(q_proj|v_proj)")."""
-    if isinstance(target, list):
-        if not target or not all(name.strip() for name in target):
-            raise ConfigError(
-                f"model.lora_target_modules: {target!r} must name at least one module, with "
-                "no empty name"
-            )
-        return
-    try:
-        re.compile(target)
-    except re.error as error:
-        raise ConfigError(
-            f"model.lora_target_modules: {target!r} is not a regular expression ({error})"
-        ) from None
-    if not target.strip():
-        raise ConfigError(
-            "model.lora_target_modules is empty: give all-linear, a list of module names, or a "
-            "regular expression matching the full names of the modules to adapt "
-            "(e.g. '.*(q_proj|v_proj)')"
-        )
-
-
-def _import_plugins(modules: list[str]) -> None:
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise ConfigError(f"reward.plugins: cannot import {module!r} ({error})") from None
-
-
-def _check_rewards(c: Config) -> None:
-    """reward.checking, and reward.weights naming known components; a correctness component
-    that is not a correctness reward (build_algorithm checks the rest)."""
-    try:
-        checking_mode(c.reward.checking)
-    except ValueError as error:
-        raise ConfigError(f"reward.checking: {error}") from None
-    if not c.reward.weights:
-        raise ConfigError("reward.weights is empty: name at least one reward component")
-    known = component_names()
-    for name in c.reward.weights:
-        if name not in known:
-            raise ConfigError(
-                f"reward.weights: unknown component {name!r}; valid components: "
-                f"{', '.join(known)} (more come from reward.plugins)"
-            )
-    component = c.reward.correctness_component
-    if component in c.reward.weights:
-        try:
-            correct_value(component)
-        except ValueError as error:
-            raise ConfigError(f"reward.correctness_component: {error}") from None
-
-
-def _check_data(d: DataConfig) -> None:
-    """data.benchmark, data.split and data.options against the benchmark's loader, or each part
-    of data.mix (which then replaces them)."""
-    if d.mix:
-        if (d.benchmark, d.split, d.options) != (DEFAULT_BENCHMARK, "train", {}):
-            raise ConfigError(
-                "data.mix replaces data.benchmark, data.split and data.options: give the "
-                "benchmark, split and options in each part of data.mix"
-            )
-        for number, part in enumerate(d.mix):
-            where = f"data.mix[{number}]"
-            try:
-                part = MixPart.from_dict(part, where)
-            except ValueError as error:
-                raise ConfigError(str(error)) from None
-            _check_benchmark(part.benchmark, part.split, part.options, f"{where}.")
-        return
-    _check_benchmark(d.benchmark, d.split, d.options, "data.")
-
-
-def _check_heldout(c: Config) -> None:
-    """train.eval_every, train.eval_samples and data.heldout (groupwise.train.heldout)."""
-    t = c.train  # their ranges were checked with every option's (_check_numbers)
-    if not c.data.heldout:
-        if t.eval_every:
-            raise ConfigError(
-                f"train.eval_every={t.eval_every} needs data.heldout: the held-out problems, "
-                "e.g. {benchmark: arith, split: test, options: {level: mid, size: 200}}"
-            )
-        return
-    try:
-        part = MixPart.from_dict(c.data.heldout, "data.heldout")
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    _check_benchmark(part.benchmark, part.split, part.options, "data.heldout.")
-    trained = [(m.get("benchmark"), m.get("split")) for m in c.data.mix] or [
-        (c.data.benchmark, c.data.split)
-    ]
-    if (part.benchmark, part.split) in trained:
-        raise ConfigError(
-            f"data.heldout: {part.label} is a split the run trains on; held-out problems come "
-            "from another split (e.g. split: test)"
-        )
-
-
-def _check_benchmark(name: str, split: str | None, options: Any, prefix: str) -> None:
-    try:
-        splits = benchmark_splits(name)
-    except ValueError as error:
-        raise ConfigError(f"{prefix}benchmark: {error}") from None
-    if split is not None and split not in splits:
-        raise ConfigError(
-            f"{prefix}split: benchmark {name!r} has no split {split!r}; valid splits: "
-            + ", ".join(splits)
-        )
-    valid = benchmark_options(name)
-    for key in options if valid is not None else ():
-        if key not in valid:
-            listed = ", ".join(valid) if valid else "none (this benchmark takes no options)"
-            raise ConfigError(
-                f"{prefix}options: unknown option {key!r} for benchmark {name!r}; "
-                f"valid options: {listed}"
-            )
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading and saving (the typed-config machinery is groupwise.config)
-
-
-def config_from_dict(data: dict[str, Any]) -> Config:
-    """Builds and validates a Config from a nested mapping (as read from YAML)."""
-    return build(Config, data).validate()
-
-
-def config_to_dict(config: Config) -> dict[str, Any]:
-    return dataclasses.asdict(config)
-
-
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Reads a YAML preset (or the defaults when path is None), applies `a.b=value` overrides
-    and validates. Errors name the offending key and where it came from: the file, or the
-    command line (the override that set the key, when one did)."""
-    data = read_yaml(path, "sections (model:, data:, rollout:, ...)") if path is not None else {}
-    from_file = copy.deepcopy(data)
-    for override in overrides:
-        apply_override(data, override)
-    try:
-        return config_from_dict(data)
-    except ConfigError as err:
-        raise ConfigError(f"{_blame(path, from_file, overrides, err)}{err}") from None
-
-
-def _blame(
-    path: str | Path | None,
-    from_file: dict[str, Any],
-    overrides: list[str] | tuple[str, ...],
-    err: ConfigError,
-) -> str:
-    """Where a config error comes from, as its message's prefix: "FILE: " when the file alone
-    fails the same way, else the command line ("override 'K=V': " naming the override whose key
-    the message names, when one does)."""
-    if path is not None:
-        try:
-            config_from_dict(copy.deepcopy(from_file))
-        except ConfigError as alone:
-            if str(alone) == str(err) or not overrides:
-                return f"{path}: "
-    if not overrides:
-        return ""
-    for override in reversed(overrides):
-        key = override.split("=", 1)[0].strip()
-        if re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", str(err)):
-            return f"command line, override {override!r}: "  # repr: it may hold a newline
-    return "command line: "
-
-
-def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))

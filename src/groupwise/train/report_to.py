@@ -32,8 +32,8 @@ PROJECT = "groupwise"  # the wandb/trackio project and mlflow experiment unless 
 
 def check_report_to(names: list[str]) -> None:
     """ConfigError (one line, naming the package and the pip command) for a logger of
-    train.report_to whose package is not installed; called when the config is read, before
-    any model loads. The names themselves are checked by the option's declaration."""
+    train.report_to whose package is not installed; called when a run starts (train.preflight),
+    before any model loads. The names themselves are checked by the option's declaration."""
     for name in names:
         module, package = PACKAGES[name]
         if importlib.util.find_spec(module) is None:

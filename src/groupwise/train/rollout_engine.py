@@ -17,8 +17,14 @@ from groupwise.train.config import Config
 def build_generator(
     config: Config, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 ) -> Generator:
-    """The generator `config.rollout` asks for, sampling from `model` (the policy)."""
+    """The generator `config.rollout` asks for, sampling from `model` (the policy); the config
+    is one train.preflight returned (rollout.engine=auto resolved)."""
     rollout = config.rollout
+    if rollout.engine == "auto":
+        raise ValueError(
+            "rollout.engine=auto is resolved when a run starts: build from the config that "
+            "groupwise.train.preflight.preflight returns"
+        )
     if rollout.engine == "vllm":
         from groupwise.rollout.vllm_generator import VLLMGenerator
 

@@ -49,7 +49,8 @@ from groupwise.train.checkpoint import (
     load_trainer_state,
     set_aside,
 )
-from groupwise.train.config import Config, config_to_dict
+from groupwise.train.config import Config
+from groupwise.train.config_file import config_to_dict
 from groupwise.train.metrics_log import METRICS_FILE, ROLLOUTS_FILE, trim_jsonl
 
 __all__ = [

@@ -6,7 +6,7 @@ One step, top to bottom (`Trainer.train_step`):
               -> learn (train.learner: targets, then for each epoch and mini-batch one update)
               -> metrics
 
-The algorithm is what `AlgorithmOptions.build` made from the config (train.config
+The algorithm is what `AlgorithmOptions.build` made from the config (train.algorithm
 .build_algorithm); every formula lives in groupwise.algorithms. The rooms around this file:
 train/learner.py (targets and updates), train/step_targets.py (where targets come from),
 train/update.py (backward, all-reduce, clip, step), train/policy.py (loading the policy, its
@@ -36,6 +36,7 @@ from groupwise.errors import NonFiniteError
 from groupwise.models import save_merged
 from groupwise.rewards import RewardSuite, Scores
 from groupwise.rollout import Rollouts, SamplingParams
+from groupwise.train.algorithm import build_algorithm
 from groupwise.train.batch import Learned, ScoredBatch, concat_scores, take_scores, with_column
 from groupwise.train.checkpoint import (
     TRAINER_STATE,
@@ -47,7 +48,7 @@ from groupwise.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from groupwise.train.config import Config, build_algorithm
+from groupwise.train.config import Config
 from groupwise.train.distributed import Distributed
 from groupwise.train.draws import Draw, assemble, choose_groups
 from groupwise.train.heldout import HeldoutEvaluation

@@ -66,7 +66,9 @@ class VerlOptions:
         "unbiased", "The std of GRPO's scale: unbiased (verl's torch.std) | population."
     )
     eps: float = option(
-        1e-6, "Added to the std (verl's grpo: 1e-6). docs/algorithms.md §1.", "> 0", lambda v: v > 0
+        1e-6,
+        "Added to the std (verl's grpo: 1e-6). docs/algorithms.md §1.",
+        gt=0,
     )
 
 
