@@ -112,7 +112,7 @@ class OldPolicyRecorder(GroupwiseGRPOTrainer):
         result = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, **kwargs
         )
-        if self._capturing and self._forward is None:
+        if self._loss_pass is not None and self._forward is None:
             self._forward = result[0].detach()
         return result
 

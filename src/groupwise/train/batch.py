@@ -7,6 +7,7 @@ own rows of it (`ScoredBatch.rows`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -73,52 +74,66 @@ class Learned:
     seconds_old_policy: float = 0.0
 
 
-@dataclass
-class StepState:
-    """What the updates of one step share: the run's steps before it, the scored batch, its rows'
-    rollout-policy log-probs, the whole batch's targets (None where each micro-batch computes
-    its own: train.step_targets), the targets each micro-batch of the step's first update
-    used, and a training pass run before the targets (rows, log-probs with their graph) that
-    the first loss over those rows takes (Learner._rollout_logprobs)."""
-
-    step: int
-    batch: ScoredBatch
-    old: RolloutLogprobs
-    targets: GroupTargets | None = None
-    first_update: list[tuple[slice, GroupTargets]] = field(default_factory=list)
-    first_pass: tuple[slice, torch.Tensor] | None = None
-
-    def take_first_pass(self, rows: slice) -> torch.Tensor | None:
-        """The early training pass's log-probs [rows, T] if it covered exactly `rows` (once:
-        its graph is freed by the backward pass); None otherwise."""
-        if self.first_pass is None or self.first_pass[0] != rows:
-            return None
-        logp, self.first_pass = self.first_pass[1], None
-        return logp
-
-
+@dataclass(frozen=True)
 class RolloutLogprobs:
-    """Per-token log-probs of this process's rows under the rollout policy, [b, T] (detached).
+    """Per-token log-probs of this process's rows under the rollout policy (detached, on the
+    CPU): values [b, T], and recorded [b] bool, the rows that have them.
 
-    A row's values are recorded once: by the no-grad pass after the rollout, or by the first
-    training forward pass of the step, which runs at the rollout policy (no update yet).
+    A row's values are those of its first forward pass under the rollout policy: the no-grad
+    pass after the rollout, or the step's first training pass, which runs before any update.
+    `with_passes` is the one way they are recorded; it returns new log-probs, these stay as
+    they are.
     """
 
-    def __init__(self, rows: int, length: int) -> None:
-        self.values = torch.zeros(rows, length)
-        self.recorded = torch.zeros(rows, dtype=torch.bool)
+    values: torch.Tensor
+    recorded: torch.Tensor
 
-    def record(self, rows: slice, logp: torch.Tensor) -> None:
-        """Keep logp [rows, T] for the rows not recorded yet."""
-        new = ~self.recorded[rows]
-        self.values[rows][new] = logp.detach().to(self.values)[new.to(logp.device)].cpu()
-        self.recorded[rows] = True
+    @classmethod
+    def empty(cls, rows: int, length: int) -> RolloutLogprobs:
+        """No row recorded yet, for b=`rows` completions of T=`length` tokens."""
+        return cls(torch.zeros(rows, length), torch.zeros(rows, dtype=torch.bool))
+
+    def with_passes(self, passes: Iterable[tuple[slice, torch.Tensor]]) -> RolloutLogprobs:
+        """These log-probs plus, for each pass (rows, logp [rows, T]) under the rollout policy,
+        the values of its rows not recorded yet."""
+        values, recorded = self.values.clone(), self.recorded.clone()
+        for rows, logp in passes:
+            values[rows] = _first_values(values[rows], recorded[rows], logp)
+            recorded[rows] = True
+        return RolloutLogprobs(values, recorded)
+
+    def of_pass(self, rows: slice, logp: torch.Tensor) -> torch.Tensor:
+        """[rows, T]: the rows' values, where `logp` [rows, T], a pass under the rollout
+        policy, gives those not recorded yet (what `with_passes` would record)."""
+        return _first_values(self.values[rows], self.recorded[rows], logp)
 
     def of(self, rows: slice) -> torch.Tensor:
         """[rows, T]; every row must have been recorded."""
         if not bool(self.recorded[rows].all()):
             raise RuntimeError("rollout-policy log-probs of these rows were never recorded")
         return self.values[rows]
+
+
+def _first_values(values: torch.Tensor, recorded: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """A copy of values [n, T] (CPU) with logp's [n, T] (detached) in the rows not recorded
+    ([n] bool)."""
+    first = values.clone()
+    new = ~recorded
+    first[new] = logp.detach().to(first)[new.to(logp.device)].cpu()
+    return first
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What the updates of one step read: the run's steps before it, the scored batch, its rows'
+    rollout-policy log-probs and the whole batch's targets (None where each micro-batch computes
+    its own: train.step_targets). Built once before the step's first update and once more after
+    it, with the log-probs its training passes recorded (train.learner)."""
+
+    step: int
+    batch: ScoredBatch
+    old: RolloutLogprobs
+    targets: GroupTargets | None = None
 
 
 def concat_scores(parts: list[Scores]) -> Scores:

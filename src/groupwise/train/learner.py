@@ -16,8 +16,8 @@ micro-batches of all processes feed AdaptiveLambda together, so lambda is the sa
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 import torch
 
@@ -40,6 +40,35 @@ from groupwise.train.probes import AllWrongGradient, GradientProbe, PreferenceGr
 from groupwise.train.step_metrics import micro_batch_metrics
 from groupwise.train.step_targets import StepTargets
 from groupwise.train.update import MicroBatchLoss, Updater
+
+
+class RolloutPass(NamedTuple):
+    """A training pass of the policy at the rollout policy, run before the step's targets:
+    rows, and logp [rows, T] with its graph, which the first loss over those rows reuses."""
+
+    rows: slice
+    logp: torch.Tensor
+
+
+@dataclass(frozen=True)
+class MicroBatchResult:
+    """What one micro-batch's loss computed. rows: its rows of this process's batch. loss: its
+    part of the update (weighted loss with gradient, metrics) for the updater. old_logp:
+    [rows, T] its rows' rollout-policy log-probs (on the step's first update, from its own
+    training pass where no earlier pass recorded them). targets: the targets its loss used."""
+
+    rows: slice
+    loss: MicroBatchLoss
+    old_logp: torch.Tensor
+    targets: GroupTargets
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """One optimizer update's metrics and the results of its micro-batches, in row order."""
+
+    metrics: dict[str, float]
+    micro_batches: tuple[MicroBatchResult, ...]
 
 
 @dataclass(frozen=True)
@@ -131,21 +160,28 @@ class Learner:
         """The batch's targets, then its updates: for each epoch, one optimizer update per
         mini-batch. step: the run's steps before this one. Returns the whole batch's targets and
         each update's metrics."""
+        s = self.settings
         minibatches = self._minibatches(len(batch.rollouts))
-        old, seconds_old_policy, first_pass = self._rollout_logprobs(batch.rollouts, minibatches)
-        state = StepState(step, batch, old, first_pass=first_pass)
-        state.targets = self.targets.of_batch(state)
+        old, first_pass, seconds_old_policy = self._rollout_logprobs(batch.rollouts, minibatches)
+        state = StepState(step, batch, old, self.targets.of_batch(batch, old))
         # masked truncated rows form no pair whatever the margin: the warning would blame it
-        if self.algorithm.pairless is not None and not self.settings.mask_truncated:
-            self.algorithm.pairless.observe(state.targets, self.settings.group_size)
-        updates = []
-        for epoch in range(self.settings.num_iterations):
-            for m, rows in enumerate(minibatches):
-                plan = self._plan(state, rows, on_policy=epoch == m == 0, first_use=epoch == 0)
-                updates.append(self._update(state, plan))
+        if self.algorithm.pairless is not None and not s.mask_truncated:
+            self.algorithm.pairless.observe(state.targets, s.group_size)
+        first = self._update(
+            state, self._plan(state, minibatches[0], on_policy=True, first_use=True), first_pass
+        )
+        # the first update ran at the rollout policy: its passes give its rows' logp_old
+        recorded = old.with_passes((r.rows, r.old_logp) for r in first.micro_batches)
+        state = replace(state, old=recorded)
+        later = [
+            self._update(state, self._plan(state, rows, on_policy=False, first_use=epoch == 0))
+            for epoch in range(s.num_iterations)
+            for m, rows in enumerate(minibatches)
+            if epoch or m
+        ]
         return Learned(
-            self.targets.of_step(state),
-            updates,
+            self.targets.of_step(state, [r.targets for r in first.micro_batches]),
+            [first.metrics, *(update.metrics for update in later)],
             self._sampler_difference(state),
             seconds_old_policy=seconds_old_policy,
         )
@@ -168,26 +204,28 @@ class Learner:
 
     def _rollout_logprobs(
         self, rollouts: Rollouts, minibatches: list[slice]
-    ) -> tuple[RolloutLogprobs, float, tuple[slice, torch.Tensor] | None]:
+    ) -> tuple[RolloutLogprobs, RolloutPass | None, float]:
         """logp_old of the rows the targets need before their first training pass
-        (train.step_targets), from one no-grad pass; that pass's seconds (0 without one); and
-        None, or, where the step is one update of one micro-batch, its training pass itself.
+        (train.step_targets), from one no-grad pass; the training pass that gave them instead,
+        where the step is one update of one micro-batch (None otherwise); and the no-grad
+        pass's seconds (0 without one).
 
         One update of one micro-batch (every row of this process): that pass runs at the
         rollout policy, so it is run first, with gradient, gives logp_old, and its loss reuses
         it (the no-grad pass, a third of an update, is not needed)."""
-        old = RolloutLogprobs(len(rollouts), rollouts.completion_ids.shape[1])
+        old = RolloutLogprobs.empty(len(rollouts), rollouts.completion_ids.shape[1])
         upfront = self.targets.upfront(minibatches)
         if upfront and upfront == minibatches and self._micro_batches(upfront[0]) == upfront:
-            logp = self.passes.logprobs(rollouts, upfront[0])
-            old.record(upfront[0], logp)
-            return old, 0.0, (upfront[0], logp)
+            first = RolloutPass(upfront[0], self.passes.logprobs(rollouts, upfront[0]))
+            return old.with_passes([first]), first, 0.0
         start = time.perf_counter()
         with torch.no_grad():
-            for minibatch in upfront:
-                for rows in self._micro_batches(minibatch):
-                    old.record(rows, self.passes.logprobs(rollouts, rows))
-        return old, time.perf_counter() - start if upfront else 0.0, None
+            old = old.with_passes(
+                (rows, self.passes.logprobs(rollouts, rows))
+                for minibatch in upfront
+                for rows in self._micro_batches(minibatch)
+            )
+        return old, None, time.perf_counter() - start if upfront else 0.0
 
     def _plan(self, state: StepState, rows: slice, on_policy: bool, first_use: bool) -> UpdatePlan:
         """An update's place in the step, with its global row, token and pair counts."""
@@ -209,39 +247,47 @@ class Learner:
             probes.append(AllWrongGradient(params))
         return probes
 
-    def _update(self, state: StepState, plan: UpdatePlan) -> dict[str, float]:
+    def _update(
+        self, state: StepState, plan: UpdatePlan, first_pass: RolloutPass | None = None
+    ) -> UpdateResult:
         """One optimizer update on this process's rows of one mini-batch (and the other
-        processes' rows of it). Returns its metrics."""
-        losses = (self._micro_batch_loss(state, plan, m) for m in self._micro_batches(plan.rows))
-        metrics = self.updater.update(losses, plan.probes)
+        processes' rows of it): each micro-batch's loss, its backward pass as it comes, then the
+        step. first_pass: a training pass of the rows of one of its micro-batches, to reuse.
+        Returns its metrics and the micro-batches' results."""
+        results = []
+        for micro in self._micro_batches(plan.rows):
+            result = self._micro_batch(state, plan, micro, first_pass)
+            self.updater.backward(result.loss)
+            results.append(result)
+        metrics = self.updater.apply([result.loss for result in results], plan.probes)
         metrics["pairs"] = plan.totals[2]
         if self.algorithm.lambda_reg is not None:
             metrics["lambda"] = self.algorithm.lambda_reg.value
-        return metrics
+        return UpdateResult(metrics, tuple(results))
 
-    def _micro_batch_loss(self, state: StepState, plan: UpdatePlan, micro: slice) -> MicroBatchLoss:
-        """A micro-batch's forward passes, targets and loss terms (groupwise.algorithms):
-        share * L_GRPO + lambda * the AMIR term, the probes given their parts."""
+    def _micro_batch(
+        self, state: StepState, plan: UpdatePlan, micro: slice, first_pass: RolloutPass | None
+    ) -> MicroBatchResult:
+        """A micro-batch's forward passes (first_pass's where it covers these rows), targets
+        and loss terms (groupwise.algorithms): share * L_GRPO + lambda * the AMIR term, the
+        probes given their parts."""
         s = self.settings
         rows, tokens, pairs = plan.totals
         rollouts = state.batch.rollouts
         mask = self._loss_mask(rollouts, micro).to(self.passes.device)
         ref_logp = self.passes.reference(rollouts, micro)
-        logp = state.take_first_pass(micro)
-        if logp is None:
-            logp = self.passes.logprobs(rollouts, micro)
-        if plan.on_policy:
-            state.old.record(micro, logp)
-        mine = self.targets.of_micro(state, micro, ref_logp, pairs)
-        if plan.on_policy:
-            state.first_update.append((micro, mine))
+        reuse = first_pass is not None and first_pass.rows == micro
+        logp = first_pass.logp if reuse else self.passes.logprobs(rollouts, micro)
+        # no update yet in this step: the pass is at the rollout policy, so it gives logp_old
+        old = state.old.of_pass(micro, logp) if plan.on_policy else state.old.of(micro)
+        mine = self.targets.of_micro(state, micro, old, ref_logp, pairs)
         inputs = LossInputs(
             logp,
             mask,
             mine.advantages.to(logp.device),
-            old_logp=None if plan.on_policy else state.old.of(micro).to(logp.device),
+            old_logp=None if plan.on_policy else old.to(logp.device),
             ref_logp=ref_logp,
-            token_weights=self._importance_weights(state, micro, logp, mask),
+            token_weights=self._importance_weights(state.batch, micro, old, mask),
         )
         coefficients = None if mine.coefficients is None else mine.coefficients.to(logp.device)
         terms = inputs.terms(s.loss, coefficients)
@@ -255,7 +301,7 @@ class Learner:
         self._probe_all_wrong(state.batch, micro, inputs, plan)
         # max: with algorithm.mask_truncated an update may have no token left in its loss
         metrics = micro_batch_metrics(terms, mine, share, int(mask.sum()) / max(tokens, 1))
-        return MicroBatchLoss(loss, metrics)
+        return MicroBatchResult(micro, MicroBatchLoss(loss, metrics), old, mine)
 
     def _loss_mask(self, rollouts: Rollouts, rows: slice) -> torch.Tensor:
         """[rows, T] bool: the completion tokens the loss sees; none of a truncated completion's
@@ -266,17 +312,20 @@ class Learner:
         return mask
 
     def _importance_weights(
-        self, state: StepState, micro: slice, logp: torch.Tensor, mask: torch.Tensor
+        self, batch: ScoredBatch, micro: slice, old_logp: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor | None:
         """The truncated importance weights [b, T] of a micro-batch against the sampler's
-        log-probs, at the trainer's rollout-policy log-probs (recorded by now), when the
-        correction is on; None otherwise."""
-        sampler = state.batch.rollouts.sampler_logp
+        log-probs, at the trainer's rollout-policy log-probs old_logp [b, T], when the
+        correction is on; None otherwise. mask: [b, T] its loss tokens, on the policy's
+        device."""
+        sampler = batch.rollouts.sampler_logp
         if self.settings.importance_cap is None or sampler is None:
             return None
-        old = state.old.of(micro).to(logp.device)
         return truncated_importance_weights(
-            old, sampler[micro].to(logp.device), mask, self.settings.importance_cap
+            old_logp.to(mask.device),
+            sampler[micro].to(mask.device),
+            mask,
+            self.settings.importance_cap,
         )
 
     def _preference_part(self, terms: LossTerms, probes: list[GradientProbe]) -> Any:

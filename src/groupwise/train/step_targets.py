@@ -12,17 +12,19 @@
 
 Rollout-policy log-probs (LENS's confidences, AMIR's l_old are their means): a row's come from
 its first forward pass under the rollout policy. `upfront` says which rows need one no-grad
-pass right after the rollout; every other row gets them from the step's first training pass.
-(Where `upfront` is the step's one update of one micro-batch, the learner runs that training
-pass first instead of a no-grad one: train.learner.)
+pass right after the rollout; every other row gets them from the step's first training pass,
+which hands them to `of_micro`. (Where `upfront` is the step's one update of one micro-batch,
+the learner runs that training pass first instead of a no-grad one: train.learner.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from groupwise.algorithms import Algorithm, GroupTargets, sequence_mean_logp
-from groupwise.train.batch import StepState
+from groupwise.train.batch import RolloutLogprobs, ScoredBatch, StepState
 from groupwise.train.distributed import Distributed
 
 
@@ -58,12 +60,13 @@ class WholeBatchTargets(_Targets):
         mini-batches 2..M, which run after the policy moved (docs/algorithms.md §1)."""
         return minibatches if self.algorithm.estimator.needs_rollout_logp else minibatches[1:]
 
-    def of_batch(self, state: StepState) -> GroupTargets:
-        """The whole batch's advantages and AMIR pairs (no coefficients yet)."""
-        batch, mean_logp_old, lengths = state.batch, None, None
+    def of_batch(self, batch: ScoredBatch, old: RolloutLogprobs) -> GroupTargets:
+        """The whole batch's advantages and AMIR pairs (no coefficients yet), from its rows'
+        rollout-policy log-probs where the estimator needs them."""
+        mean_logp_old, lengths = None, None
         if self.algorithm.estimator.needs_rollout_logp:
             mask = batch.rollouts.completion_mask.bool()
-            local = sequence_mean_logp(state.old.of(slice(None)), mask)
+            local = sequence_mean_logp(old.of(slice(None)), mask)
             mean_logp_old = self.dist.place(batch.rows, local)
             lengths = self.dist.place(batch.rows, mask.sum(dim=1).float())
         rewards = batch.group_rewards(
@@ -80,23 +83,24 @@ class WholeBatchTargets(_Targets):
         self,
         state: StepState,
         micro: slice,
+        old_logp: torch.Tensor,
         ref_logp: torch.Tensor | None,
         update_pairs: int,
     ) -> GroupTargets:
         """The micro-batch's rows of the batch's targets, with AMIR's coefficients from its
-        rows' l_old (and l_ref from ref_logp [b, T], unless reference-free) and the update's
-        pair count (docs/algorithms.md §2)."""
+        rows' l_old (from old_logp [b, T], the rollout policy's) and l_ref (from ref_logp
+        [b, T], unless reference-free) and the update's pair count (docs/algorithms.md §2)."""
         mine = state.targets.select(state.batch.rows[micro])
         pairs = self.algorithm.pair_settings
         if pairs is None:
             return mine
         mask = state.batch.rollouts.completion_mask[micro].bool()
-        mean_logp_old = sequence_mean_logp(state.old.of(micro), mask)
+        mean_logp_old = sequence_mean_logp(old_logp, mask)
         reference_free = self.algorithm.options.ref_free
         ref = None if reference_free else sequence_mean_logp(ref_logp.cpu(), mask)
         return mine.with_coefficients(mean_logp_old, ref, pairs.beta, num_pairs=update_pairs)
 
-    def of_step(self, state: StepState) -> GroupTargets:
+    def of_step(self, state: StepState, first_update: Sequence[GroupTargets]) -> GroupTargets:
         """The whole batch's targets, for the step's metrics and rollouts.jsonl."""
         return state.targets
 
@@ -108,7 +112,7 @@ class PerMicroBatchTargets(_Targets):
         """None: with one mini-batch every row's first pass is the on-policy training pass."""
         return minibatches[1:]
 
-    def of_batch(self, state: StepState) -> None:
+    def of_batch(self, batch: ScoredBatch, old: RolloutLogprobs) -> None:
         """Nothing before the updates."""
         return None
 
@@ -120,30 +124,30 @@ class PerMicroBatchTargets(_Targets):
         self,
         state: StepState,
         micro: slice,
+        old_logp: torch.Tensor,
         ref_logp: torch.Tensor | None,
         update_pairs: int,
     ) -> GroupTargets:
-        """The estimator on the micro-batch's own groups, with their l_old from its training
-        pass (recorded before this call)."""
+        """The estimator on the micro-batch's own groups, with their l_old from old_logp
+        [b, T], its training pass's on the step's first update."""
         mask = state.batch.rollouts.completion_mask[micro].bool()
         rewards = state.batch.group_rewards(
             state.batch.rows[micro],
             self.group_size,
             self.component,
-            sequence_mean_logp(state.old.of(micro), mask),
+            sequence_mean_logp(old_logp, mask),
             mask.sum(dim=1).float(),
         )
         return self.algorithm.targets(rewards)
 
-    def of_step(self, state: StepState) -> GroupTargets:
-        """The whole batch's targets from the first update's micro-batches (this process's
-        rows, in order), gathered over processes."""
-        parts = [targets for _, targets in state.first_update]
+    def of_step(self, state: StepState, first_update: Sequence[GroupTargets]) -> GroupTargets:
+        """The whole batch's targets from those of the first update's micro-batches
+        (`first_update`: this process's rows, in order), gathered over processes."""
         rows = state.batch.rows
         empty = torch.zeros(0, dtype=torch.long)
         return GroupTargets(
-            self.dist.place(rows, torch.cat([t.advantages for t in parts])),
-            self.dist.place(rows, torch.cat([t.rewards for t in parts])),
+            self.dist.place(rows, torch.cat([t.advantages for t in first_update])),
+            self.dist.place(rows, torch.cat([t.rewards for t in first_update])),
             empty,
             empty,
         )

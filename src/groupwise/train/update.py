@@ -1,4 +1,4 @@
-"""One optimizer update: micro-batch losses -> backward -> all-reduce -> clip -> step.
+"""One optimizer update: each micro-batch's loss -> backward; then all-reduce -> clip -> step.
 
 The caller hands over each micro-batch's loss already weighted by its share of the update's
 global batch (groupwise.algorithms.micro_batch_share), so the summed gradients of the
@@ -8,7 +8,7 @@ micro-batches and processes are the gradient of the whole update (docs/algorithm
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -49,16 +49,21 @@ class Updater:
         self.dist, self.max_grad_norm = dist, max_grad_norm
         self.step, self.hint = step, hint
 
-    def update(
-        self, micro_batches: Iterable[MicroBatchLoss], probes: Sequence[GradientProbe] = ()
+    def backward(self, micro: MicroBatchLoss) -> None:
+        """Add the micro-batch's gradient to the update's (its loss must be finite); called for
+        each micro-batch as it comes, so that one graph at a time is held."""
+        check_finite(micro.loss.detach(), "loss", step=self.step(), hint=self.hint())
+        micro.loss.backward()
+
+    def apply(
+        self, micro_batches: Sequence[MicroBatchLoss], probes: Sequence[GradientProbe] = ()
     ) -> dict[str, float]:
-        """Backward every micro-batch's loss as it comes, sum the gradients (and the probes'
-        buffers) over processes in one all-reduce, clip, step. Returns the update's metrics:
-        the micro-batches' sums, grad_norm (before clipping), learning_rate and the probes'."""
+        """Once every micro-batch of the update went through `backward`: sum the gradients (and
+        the probes' buffers) over processes in one all-reduce, clip, step. Returns the update's
+        metrics: the micro-batches' sums, grad_norm (before clipping), learning_rate and the
+        probes'."""
         sums: dict[str, float] = {}
         for micro in micro_batches:
-            check_finite(micro.loss.detach(), "loss", step=self.step(), hint=self.hint())
-            micro.loss.backward()
             for key, value in micro.metrics.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
         self.dist.sum_gradients(self.params, [b for probe in probes for b in probe.buffers])

@@ -58,7 +58,7 @@ import os
 import sys
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -104,12 +104,30 @@ STATE_FILE = "groupwise_state.json"
 
 
 @dataclass(frozen=True)
-class _Pending:
-    """A generation batch's inputs to group_targets besides the rollout l(q, o): the [B, F]
-    gathered rewards and the [B] reference l_ref (None when reference-free)."""
+class _GenerationRecord:
+    """groupwise's record of one generation batch, from its scoring
+    (`_generate_and_score_completions`) to its losses (`_compute_loss`).
+
+    rewards: [B, F] the gathered rewards; ref_mean_logp: [B] the reference l_ref (None when
+    reference-free): the inputs of group_targets besides the rollout l(q, o). waiting: its
+    terms wait for the first loss forward pass (module docstring, case 2). pref_loss: L_pref
+    at the rollout policy, which the first micro-batch's loss hands to the lambda rule (None:
+    nothing to hand over, or handed over)."""
 
     rewards: Tensor
     ref_mean_logp: Tensor | None
+    waiting: bool = False
+    pref_loss: float | None = None
+
+
+@dataclass(frozen=True)
+class _LossPass:
+    """What `_compute_loss` sees of TRL's loss while it runs: the micro-batch's inputs and the
+    policy's per-token log-probs [b, T] (with gradient) of TRL's first forward pass in it, None
+    until that pass ran."""
+
+    inputs: dict[str, Any]
+    logps: Tensor | None = None
 
 
 def loss_mask(batch: dict[str, Any]) -> Tensor:
@@ -161,13 +179,11 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         use_cpu_weight_sync(self)  # vLLM colocated on a CPU (vllm_cpu.py); nothing on a GPU
         self._algorithm(args)
         self._gathered_rewards: Tensor | None = None
-        self._deferred: _Pending | None = None  # terms waiting for the first loss forward pass
-        self._capturing = False
-        self._captured_logps: Tensor | None = None
-        self._loss_inputs: dict[str, Any] | None = None
+        # the latest generation batch's record, made when it is scored, read by its losses
+        self._generation: _GenerationRecord | None = None
+        # set while _compute_loss runs TRL's loss: its forward pass is kept there
+        self._loss_pass: _LossPass | None = None
         self._warned_non_binary = False
-        # L_pref of the latest generation batch, until the first micro-batch's loss measures it
-        self._pending_pref_loss: float | None = None
 
     def _algorithm(self, args: GroupwiseGRPOConfig) -> None:
         """What the options build (AlgorithmOptions.build: the checks of the correctness
@@ -280,32 +296,33 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         if self.args.amir and not self.args.amir_ref_free:
             local = sequence_mean_logp(self._reference_logps(batch), loss_mask(batch))
             ref_mean_logp = self._gather_rows(batch, local)
-        pending = _Pending(rewards, ref_mean_logp)
-        if not self._needs_rollout_logp:
-            self._finish_terms(batch, pending, None)
-            return
-        token_logps = batch.get("old_per_token_logps")
-        if token_logps is None and self.args.steps_per_generation == 1:
-            self._deferred = pending
-            return
-        if token_logps is None:
-            with profiling_context(self, "groupwise.rollout_logps"):
-                token_logps = self._no_grad_logps(batch)
-        self._finish_terms(batch, pending, sequence_mean_logp(token_logps, loss_mask(batch)))
+        record = _GenerationRecord(rewards, ref_mean_logp)
+        mean_logp = None
+        if self._needs_rollout_logp:
+            token_logps = batch.get("old_per_token_logps")
+            if token_logps is None and self.args.steps_per_generation == 1:
+                self._generation = replace(record, waiting=True)
+                return
+            if token_logps is None:
+                with profiling_context(self, "groupwise.rollout_logps"):
+                    token_logps = self._no_grad_logps(batch)
+            mean_logp = sequence_mean_logp(token_logps, loss_mask(batch))
+        self._generation = replace(record, pref_loss=self._finish_terms(batch, record, mean_logp))
 
     def _finish_terms(
-        self, batch: dict[str, Any], pending: _Pending, mean_logp: Tensor | None
-    ) -> None:
+        self, batch: dict[str, Any], record: _GenerationRecord, mean_logp: Tensor | None
+    ) -> float | None:
         """The gathered batch's targets (groupwise.algorithms.group_targets) from its rewards
         and the rollout l(q, o) of `batch`'s rows ([b], or None where not needed); the values of
-        `batch`'s rows into it; the batch's metrics into TRL's."""
+        `batch`'s rows into it; the batch's metrics into TRL's. Returns L_pref at the rollout
+        policy for the lambda rule, None where there is none (no AMIR, or no pair)."""
         mean_logp_old = lengths = None
         if mean_logp is not None:
             mean_logp_old = self._gather_rows(batch, mean_logp)
             lengths = self._gather_rows(batch, loss_mask(batch).sum(dim=1).float())
         with profiling_context(self, "groupwise.group_targets"):
             rewards = group_rewards(
-                pending.rewards,
+                record.rewards,
                 self.reward_weights,
                 self.num_generations,
                 self.correctness,
@@ -315,8 +332,8 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             )
             targets = self.algorithm.targets(
                 rewards,
-                ref_mean_logp=pending.ref_mean_logp,
-                scorable=scorable_rows(pending.rewards),
+                ref_mean_logp=record.ref_mean_logp,
+                scorable=scorable_rows(record.rewards),
             )
         mine = batch[ROWS_KEY]
         if self._own_advantages:
@@ -325,12 +342,15 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             for _ in range(targets.advantages.numel()):
                 logged.pop()
             logged.extend(targets.advantages.tolist())
+        pref_loss = None
         if self.algorithm.pair_settings is not None:
-            self._record_pairs(batch, targets)
-        self._log_group_types(pending.rewards)
+            pref_loss = self._record_pairs(batch, targets)
+        self._log_group_types(record.rewards)
+        return pref_loss
 
-    def _record_pairs(self, batch: dict[str, Any], targets: GroupTargets) -> None:
-        """AMIR's coefficients of this process's rows into the batch; its pair metrics."""
+    def _record_pairs(self, batch: dict[str, Any], targets: GroupTargets) -> float | None:
+        """AMIR's coefficients of this process's rows into the batch; its pair metrics. Returns
+        L_pref at the rollout policy, None without a pair."""
         batch[COEFFICIENTS_KEY] = targets.coefficients[batch[ROWS_KEY]]
         pairs = targets.num_pairs
         metrics = self._metrics["train"]
@@ -339,9 +359,9 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         metrics["amir/pair_logp_margin"].append(
             float(targets.logp_margins.mean()) if pairs else 0.0
         )
-        # the official rule updates lambda only where there are pairs (docs/algorithms.md §2)
-        self._pending_pref_loss = float(targets.pair_losses.mean()) if pairs else None
         self.algorithm.pairless.observe(targets, self.num_generations)
+        # the official rule updates lambda only where there are pairs (docs/algorithms.md §2)
+        return float(targets.pair_losses.mean()) if pairs else None
 
     def _log_group_types(self, rewards: Tensor) -> None:
         """groups/* from the correctness reward, when there is one and it is binary (warned
@@ -416,28 +436,32 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         result = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, **kwargs
         )
-        if self._capturing and self._captured_logps is None:
-            self._captured_logps = result[0]
-            if self._deferred is not None:
-                # On-policy with one micro-batch per process: this forward pass is at the
-                # rollout policy, so its detached log-probs are the rollout l(q, o); TRL's loss
-                # reads the advantages only after it (the tests pin that order).
-                inputs, pending, self._deferred = self._loss_inputs, self._deferred, None
-                mean_logp = sequence_mean_logp(result[0].detach(), loss_mask(inputs))
-                self._finish_terms(inputs, pending, mean_logp)
+        if self._loss_pass is not None and self._loss_pass.logps is None:
+            self._loss_pass = replace(self._loss_pass, logps=result[0])
+            if self._generation is not None and self._generation.waiting:
+                self._terms_from_loss_pass(self._loss_pass, self._generation)
         return result
+
+    def _terms_from_loss_pass(self, loss_pass: _LossPass, record: _GenerationRecord) -> None:
+        """The waiting generation batch's terms from the first loss forward pass: on-policy with
+        one micro-batch per process, that pass is at the rollout policy, so its detached
+        log-probs are the rollout l(q, o); TRL's loss reads the advantages only after it (the
+        tests pin that order)."""
+        mean_logp = sequence_mean_logp(loss_pass.logps.detach(), loss_mask(loss_pass.inputs))
+        pref_loss = self._finish_terms(loss_pass.inputs, record, mean_logp)
+        self._generation = replace(record, waiting=False, pref_loss=pref_loss)
 
     def _compute_loss(self, model, inputs):
         if ROWS_KEY not in inputs or not self.model.training:
             return super()._compute_loss(model, inputs)
-        self._capturing, self._captured_logps, self._loss_inputs = True, None, inputs
+        self._loss_pass = _LossPass(inputs)
         try:
             loss = super()._compute_loss(model, inputs)
+            logps = self._loss_pass.logps
         finally:
-            self._capturing, self._loss_inputs = False, None
-        logps, self._captured_logps = self._captured_logps, None
+            self._loss_pass = None
         captured = logps is not None and logps.shape == inputs["completion_ids"].shape
-        if self._deferred is not None or not captured:
+        if self._generation.waiting or not captured:
             raise RuntimeError(
                 "GroupwiseGRPOTrainer could not capture the policy's log-probs of the loss from "
                 "_get_per_token_logps_and_entropies (TRL's _compute_loss changed?)"
@@ -445,9 +469,9 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         if COEFFICIENTS_KEY not in inputs:
             return loss
         accumulation = self.current_gradient_accumulation_steps
-        if self._pending_pref_loss is not None:
-            self._observe_losses(loss, accumulation, self._pending_pref_loss)
-            self._pending_pref_loss = None
+        if self._generation.pref_loss is not None:
+            self._observe_losses(loss, accumulation, self._generation.pref_loss)
+            self._generation = replace(self._generation, pref_loss=None)
         l_theta = sequence_mean_logp(logps, loss_mask(inputs))
         # l - sg(l): the gradient of sum_k c_k l_k with the value 0, so that TRL's logged `loss`
         # stays its own; L_pref's value is logged as amir/preference_loss.
