@@ -30,8 +30,8 @@ from groupwise import metrics
 from groupwise.data import MixPart, Problem, get_template, load_mix, render_prompt
 from groupwise.evaluation.sampling import problem_seed
 from groupwise.metrics import doubling_ks
-from groupwise.records import read_jsonl
 from groupwise.rollout import SamplingParams
+from groupwise.run_reader import HELDOUT_FILE, read_heldout
 from groupwise.train.metrics_log import JsonlLog
 
 if TYPE_CHECKING:
@@ -49,7 +49,6 @@ __all__ = [
     "read_heldout",
 ]
 
-HELDOUT_FILE = "heldout.jsonl"
 # Resamples of the problems for the interval of a difference; seeded, so it repeats exactly.
 BOOTSTRAP = 10_000
 
@@ -252,39 +251,6 @@ def _stated_confidences(
         )
         for row, index in enumerate(indices)
     ]
-
-
-def read_heldout(run_dir: str | Path) -> list[dict[str, Any]]:
-    """RUN/heldout.jsonl's evaluations in step order ([] when the run has none); a line that is
-    not an object with an integer step, n >= 1 and a non-empty list of correct counts (numbers
-    in [0, n]) is an error naming the file and line."""
-    path = Path(run_dir) / HELDOUT_FILE
-    if not path.is_file():
-        return []
-    rows, _ = read_jsonl(path)
-    for number, row in rows:
-        if not _is_evaluation(row):
-            raise ValueError(
-                f"{path}:{number}: expected an object with an integer step, n >= 1 and a "
-                "non-empty list of correct counts in [0, n]"
-            )
-    return sorted((row for _, row in rows), key=lambda row: row["step"])
-
-
-def _is_evaluation(row: Any) -> bool:
-    """Whether a heldout.jsonl line holds what every reader of it uses: step, n, correct."""
-    if not isinstance(row, dict) or not {"step", "correct", "n"} <= set(row):
-        return False
-    step, n, correct = row["step"], row["n"], row["correct"]
-    if not (_is_int(step) and _is_int(n) and n >= 1 and isinstance(correct, list) and correct):
-        return False
-    return all(
-        isinstance(c, int | float) and not isinstance(c, bool) and 0 <= c <= n for c in correct
-    )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
