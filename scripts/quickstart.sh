@@ -34,5 +34,5 @@ for i in 0 1 2; do
   echo
 done
 echo "== held-out accuracy before and after training, and what each method did"
-.venv/bin/python -m groupwise.train.summary "${folders[@]}" --png "$runs/quickstart.png"
+.venv/bin/groupwise report "${folders[@]}" --png "$runs/quickstart.png"
 echo "quickstart: $((SECONDS / 60)) min $((SECONDS % 60)) s after set-up"

@@ -107,8 +107,10 @@ def train(args: argparse.Namespace, method: str, seed: int) -> tuple[float, floa
 def read_run(folder: Path) -> dict[str, Any]:
     """A run's curve (held-out accuracy against completions sampled), its final per-problem
     accuracies, and what its sampling cost."""
-    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    heldout = [json.loads(line) for line in (folder / "heldout.jsonl").read_text().splitlines()]
+    from groupwise.run_reader import METRICS_FILE, read_heldout, read_metrics
+
+    lines = read_metrics(folder / METRICS_FILE)
+    heldout = read_heldout(folder)
     sampled, curve = 0, []
     by_step = {row["step"]: row for row in heldout}
     if 0 in by_step:

@@ -139,10 +139,11 @@ def evaluate_policy(
 
 
 def read_steps(metrics_path: Path) -> dict[str, list[float]]:
-    """{key: [value per step]} for STEP_KEYS from a run's metrics.jsonl (NaN where absent)."""
-    from groupwise.records import iter_jsonl
+    """{key: [value per step]} for STEP_KEYS from a run's metrics.jsonl (NaN where absent),
+    read by groupwise.run_reader."""
+    from groupwise.run_reader import read_metrics
 
-    records = [row for _, row in iter_jsonl(metrics_path)]
+    records = read_metrics(metrics_path)
     return {key: [float(r.get(key, math.nan)) for r in records] for key in ("step", *STEP_KEYS)}
 
 

@@ -526,18 +526,6 @@ def _claims(
 # Figures
 
 
-def _moving_average(values: Sequence[float], window: int) -> np.ndarray:
-    """Trailing moving average over up to `window` values, NaNs ignored (NaN where the window
-    holds none)."""
-    x = np.asarray(values, dtype=float)
-    out = np.full_like(x, np.nan)
-    for i in range(len(x)):
-        part = x[max(0, i - window + 1) : i + 1]
-        if np.isfinite(part).any():
-            out[i] = np.nanmean(part)
-    return out
-
-
 def _active_share(steps: Mapping[str, Sequence[float]]) -> np.ndarray:
     """Per step: of the all-wrong groups, the fraction with a non-zero advantage (NaN when the
     step has none)."""
@@ -561,11 +549,13 @@ PANELS: dict[str, tuple[str, Any]] = {
 
 
 def _plot_steps(ax: Any, runs: Sequence[Mapping], panel: str, color: str, label: str) -> None:
-    """Mean over seeds of the SMOOTH-step moving average of a per-step panel, shaded between
-    the lowest and highest seed."""
+    """Mean over seeds of the SMOOTH-step moving average of a per-step panel
+    (groupwise.figures.moving_average), shaded between the lowest and highest seed."""
+    from groupwise.figures import moving_average
+
     _, series = PANELS[panel]
     length = min(len(r["steps"]["step"]) for r in runs)
-    smooth = np.stack([_moving_average(series(r["steps"])[:length], SMOOTH) for r in runs])
+    smooth = np.stack([moving_average(series(r["steps"])[:length], SMOOTH) for r in runs])
     steps = np.arange(1, length + 1)
     with warnings.catch_warnings():  # all-NaN columns (no all-wrong group at a step) stay NaN
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -9,8 +9,8 @@ sampling seeds, so differences are paired twice:
   (what another seed would give) and, at the evaluated problems, their sampling noise.
 - over problems: d_p = mean over seeds of [pass@k(method, seed s, problem p) - pass@k(GRPO,
   seed s, problem p)]; the problems are resampled with replacement and the mean of d_p
-  recomputed (percentile bootstrap). It holds the evaluation noise (which problems were drawn)
-  with the seeds fixed.
+  recomputed (the package's percentile bootstrap, groupwise.metrics.mean_interval). It holds
+  the evaluation noise (which problems were drawn) with the seeds fixed.
 
 A difference is called distinguishable from zero when both intervals exclude zero.
 """
@@ -21,6 +21,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from groupwise.metrics import mean_interval
 
 CONFIDENCE = 0.95
 
@@ -76,16 +78,13 @@ def problem_bootstrap_interval(
     resamples: int = 4000,
     seed: int = 0,
 ) -> tuple[float, float, float]:
-    """(mean, low, high): the mean over problems of per-problem paired differences and the
-    percentile interval of that mean over `resamples` resamplings of the problems with
-    replacement (numpy Generator seeded with `seed`)."""
+    """(mean, low, high): the mean over problems of per-problem paired differences and its
+    groupwise.metrics.mean_interval over `resamples` resamples of the problems seeded with
+    `seed`."""
     d = np.asarray(per_problem, dtype=float)
     if d.ndim != 1 or d.size < 1:
         raise ValueError("problem_bootstrap_interval needs a non-empty list of differences")
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
+    low, high = mean_interval(d, confidence, resamples, seed)
     return float(d.mean()), float(low), float(high)
 
 

@@ -194,14 +194,14 @@ def test_an_uncached_hub_model_out_of_reach_is_one_line_without_retries(tmp_path
     assert "Retry" not in done.stderr
 
 
-def test_report_analyze_and_summary_errors_are_one_line(tmp_path: Path) -> None:
+def test_report_and_analyze_errors_are_one_line(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     done = groupwise("report", "runs/nope", "--output", out + ".md", cwd=tmp_path)
     assert "run 'nope': runs/nope does not exist" in one_line_error(done, "report")
     done = groupwise("analyze", "perplexity", "base=runs/nope", "--output", out, cwd=tmp_path)
     assert "no samples.jsonl in runs/nope" in one_line_error(done, "analyze")
-    done = groupwise("summary", "runs/nope", cwd=tmp_path)
-    assert "is runs/nope a training run folder?" in one_line_error(done, "summary")
+    done = groupwise("report", "runs/nope", cwd=tmp_path)
+    assert "is runs/nope a training run folder?" in one_line_error(done, "report")
 
 
 def test_an_override_typo_is_blamed_on_the_command_line_with_a_suggestion(tmp_path: Path) -> None:

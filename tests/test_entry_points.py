@@ -54,6 +54,7 @@ BAD_ARGUMENTS: list[tuple[str, list[str], str, str]] = [
     ("groupwise", ["eval", "--k", "one"], "groupwise eval", "expected comma-separated integers"),
     ("groupwise", ["analyze", "margin", "--output", "o"], "groupwise analyze margin", "required"),
     ("groupwise.cli", ["report", "--no-such-flag"], "groupwise report", "required: RUN_DIR"),
+    ("groupwise", ["report", "r", "--png", "x.csv"], "groupwise report", "x.csv: the figure is"),
     ("groupwise", ["summary", "r", "--png", "x.csv"], "groupwise summary", "x.csv: the figure is"),
     ("groupwise.train.summary", ["runs/nope"], "python -m groupwise.train.summary", "runs/nope"),
     ("groupwise.sft", ["--output", "o", "stepz=3"], "python -m groupwise.sft", "stepz"),

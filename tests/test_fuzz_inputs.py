@@ -1,5 +1,5 @@
 """Property-based fuzzing of the input surface: `groupwise train` config files and `key=value`
-overrides, `groupwise eval` flags, and what `summary`, `report`, `analyze coverage`, `eval
+overrides, `groupwise eval` flags, and what `report` (table and page), `analyze coverage`, `eval
 --regrade`, an eval resume and a train resume read from folders (metrics.jsonl, rollouts.jsonl,
 heldout.jsonl, config.yaml, samples.jsonl, results.json and the other eval files, checkpoints)
 after random damage: truncated, lines replaced by junk or by JSON of another shape, fields given
@@ -383,10 +383,10 @@ def damaged_copy(
 
 @fuzz(60)
 @given(harms=st.lists(damage(RUN_FILES), min_size=1, max_size=2))
-def test_summary_of_a_damaged_run(made: dict[str, Path], harms) -> None:
+def test_report_table_of_a_damaged_run(made: dict[str, Path], harms) -> None:
     with damaged_copy(made, harms) as folders:
         before = folder_bytes(folders["run"])
-        argv = ["summary", str(folders["run"]), "--each"]
+        argv = ["report", str(folders["run"]), "--each"]
         assert_clean(*command(argv), argv)
         assert_kept(before, folders["run"])
 
@@ -527,7 +527,7 @@ def test_the_real_commands_exit_2_in_one_line(made: dict[str, Path], tmp_path: P
     bad.write_text("train: {max_steps: -3}\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for argv in (
-        [sys.executable, "-m", "groupwise.train.summary", str(run)],
+        [sys.executable, "-m", "groupwise", "report", str(run)],
         [sys.executable, "-m", "groupwise", "train", "--config", str(bad), "--print-config"],
     ):
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)

@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 
 from groupwise.config import ConfigError
+from groupwise.metrics import mean_interval
 from groupwise.models import load_model
 from groupwise.records import iter_jsonl
 from groupwise.rewards import RewardSuite
 from groupwise.rollout import TransformersGenerator
 from groupwise.train.config_file import load_config
 from groupwise.train.heldout import (
+    BOOTSTRAP,
     HeldoutEvaluation,
     accuracy_difference,
-    mean_interval,
     read_heldout,
 )
 from groupwise.train.preflight import load_run_config
@@ -80,15 +81,32 @@ def test_accuracy_difference_by_hand() -> None:
 
 def test_mean_interval_covers_the_mean_and_repeats() -> None:
     values = np.random.default_rng(1).random(200)
-    low, high = mean_interval(values)
+    low, high = mean_interval(values, bootstrap=BOOTSTRAP)
     assert low < values.mean() < high
     # about 1.96 standard errors each side
     se = values.std(ddof=1) / np.sqrt(values.size)
     assert high - low == pytest.approx(2 * 1.96 * se, rel=0.1)
-    assert mean_interval(values) == (low, high)
-    assert mean_interval([0.25] * 5) == (0.25, 0.25)
+    assert tuple(mean_interval(values, bootstrap=BOOTSTRAP)) == (low, high)
+    assert tuple(mean_interval([0.25] * 5, bootstrap=BOOTSTRAP)) == (0.25, 0.25)
     with pytest.raises(ValueError, match="non-empty"):
         mean_interval([])
+
+
+def test_the_former_mean_interval_still_works_with_a_deprecation_note() -> None:
+    import groupwise.train.heldout as heldout
+
+    values = np.random.default_rng(1).random(50)
+    with pytest.warns(DeprecationWarning, match="use groupwise.metrics.mean_interval"):
+        former = heldout.mean_interval
+    assert former(values, 0.9, 3) == tuple(mean_interval(values, 0.9, BOOTSTRAP, 3))
+
+
+def test_a_damaged_evaluation_line_is_refused_naming_the_file_and_line(tmp_path: Path) -> None:
+    good = '{"step": 0, "n": 4, "correct": [1, 4]}\n'
+    for bad in ('{"step": "x", "n": 4, "correct": [1]}', '{"step": 2, "n": 4, "correct": [5]}'):
+        (tmp_path / "heldout.jsonl").write_text(good + bad + "\n")
+        with pytest.raises(ValueError, match=r"heldout.jsonl:2: expected an object with an int"):
+            read_heldout(tmp_path)
 
 
 def test_config_checks_name_the_key(tmp_path: Path) -> None:

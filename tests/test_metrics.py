@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from groupwise.metrics import pass_at_k, pass_at_k_table
+from groupwise.metrics import bootstrap_interval, mean_interval, pass_at_k, pass_at_k_table
 
 # --- pass_at_k ------------------------------------------------------------------------------
 
@@ -94,6 +94,41 @@ def test_pass_at_k_table_bootstrap_is_the_percentile_interval():
     values = np.array(counts) / 8
     means = values[rng.integers(0, 10, size=(500, 10))].mean(axis=1)
     np.testing.assert_allclose(row["pass@1_ci"], np.quantile(means, [0.05, 0.95]), rtol=1e-12)
+
+
+def test_bootstrap_interval_draws_one_resample_after_another_whatever_the_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = np.random.default_rng(0).random(7)
+    whole = mean_interval(values, confidence=0.8, bootstrap=300, seed=4)
+    rng = np.random.default_rng(4)
+    means = [values[rng.integers(0, 7, size=7)].mean() for _ in range(300)]
+    np.testing.assert_allclose(whole, np.quantile(means, [0.1, 0.9]), rtol=1e-12)
+    monkeypatch.setattr("groupwise.metrics._BOOTSTRAP_BLOCK", 7 * 11)  # blocks of 11 resamples
+    np.testing.assert_array_equal(mean_interval(values, 0.8, 300, 4), whole)
+
+
+def test_bootstrap_interval_shapes_and_undefined_resamples() -> None:
+    # [2, 3] statistics per resample: the interval is [2, 3, 2]
+    table = np.arange(6.0).reshape(2, 3, 1) + np.arange(4.0)  # [2, 3, P = 4]
+    interval = mean_interval(table, bootstrap=50)
+    assert interval.shape == (2, 3, 2) and np.all(interval[..., 0] <= interval[..., 1])
+
+    def first_or_nan(index: np.ndarray) -> np.ndarray:
+        # defined only where the resample's first draw is problem 0
+        return np.where(index[:, 0] == 0, index.mean(axis=1), np.nan)
+
+    low, high = bootstrap_interval(first_or_nan, 3, bootstrap=200)
+    rng = np.random.default_rng(0)
+    draws = rng.integers(0, 3, size=(200, 3))
+    kept = draws[draws[:, 0] == 0].mean(axis=1)
+    np.testing.assert_allclose([low, high], np.quantile(kept, [0.025, 0.975]), rtol=1e-12)
+    never = bootstrap_interval(lambda index: np.full(index.shape[0], np.nan), 3, bootstrap=5)
+    assert np.isnan(never).all() and never.shape == (2,)
+    with pytest.raises(ValueError, match="interval confidence must lie in"):
+        mean_interval([1.0], confidence=1.0)
+    with pytest.raises(ValueError, match="finite numbers"):
+        mean_interval([1.0, float("nan")])
 
 
 def test_pass_at_k_table_deterministic_and_independent_per_benchmark():

@@ -1,5 +1,6 @@
-"""Run summaries (groupwise.train.summary) on hand-written run folders: the numbers, the method
-labels, the comparison table, the figure and the command."""
+"""Run summaries (groupwise.report.summary) on hand-written run folders: the numbers, the method
+labels, the comparison table, the figure, the command (`groupwise report RUN...`) and its former
+name (`groupwise summary`, groupwise.train.summary)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from groupwise.train.summary import (
+from groupwise.cli import main as cli
+from groupwise.figures import moving_average
+from groupwise.report import (
     comparison_table,
-    main,
     method_label,
     plot_run,
     plot_runs,
     summarize,
     summary_text,
-    trailing_mean,
 )
 
 
@@ -114,23 +115,53 @@ def test_comparison_table_has_a_row_per_run(lens: Path, amir: Path) -> None:
     assert table[3] == "| AMIR-GRPO | – | – | – | 67% / 17% / 17% | 0.0% | 5.0 | 0.0080 -> 0.0050 |"
 
 
-def test_trailing_mean() -> None:
+def test_moving_average() -> None:
     import numpy as np
 
     values = np.array([1.0, 3.0, 5.0, 7.0])
-    assert trailing_mean(values, 2).tolist() == [1.0, 2.0, 4.0, 6.0]
-    assert trailing_mean(values, 10).tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert moving_average(values, 2).tolist() == [1.0, 2.0, 4.0, 6.0]
+    assert moving_average(values, 10).tolist() == [1.0, 2.0, 3.0, 4.0]
+    # NaNs are left out of each window; a window of NaNs only is NaN
+    with_gaps = moving_average([np.nan, 1.0, np.nan, 3.0, np.nan, np.nan], 2)
+    assert with_gaps[1:5].tolist() == [1.0, 1.0, 3.0, 3.0]
+    assert np.isnan(with_gaps[0]) and np.isnan(with_gaps[5])
 
 
 def test_figure_and_command(lens: Path, amir: Path, tmp_path: Path, capsys) -> None:
-    png = plot_runs([lens, amir], tmp_path / "fig" / "runs.png")
+    png = plot_runs([summarize(lens), amir], tmp_path / "fig" / "runs.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main([str(lens), str(amir), "--each", "--png", str(tmp_path / "again.png")]) == 0
+    argv = [str(lens), str(amir), "--each", "--png", str(tmp_path / "again.png")]
+    assert cli(["report", *argv]) == 0
     out = capsys.readouterr().out
     assert f"{lens}: LENS: 2 steps" in out and "| AMIR-GRPO |" in out
+    assert out.endswith(f"figure: {tmp_path / 'again.png'}\n")
     assert (tmp_path / "again.png").is_file()
-    assert main([str(tmp_path / "nothing")]) == 2
+    assert cli(["report", str(tmp_path / "nothing")]) == 2
     assert "no such file; is" in capsys.readouterr().err
+    # a run given as NAME=RUN is named so in the table
+    assert cli(["report", f"mine={lens}", str(amir)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2].startswith("| mine | 50.0 %") and rows[3].startswith("| AMIR-GRPO |")
+    assert cli(["report", str(lens), "--each", "--output", str(tmp_path / "p.md")]) == 2
+    assert "--each go with the printed table" in capsys.readouterr().err
+
+
+def test_the_former_summary_command_and_names_still_work(
+    lens: Path, amir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import groupwise.train.summary as former
+
+    assert cli(["report", str(lens), str(amir)]) == 0
+    table = capsys.readouterr().out
+    assert cli(["summary", str(lens), str(amir)]) == 0
+    out, err = capsys.readouterr()
+    assert out == table
+    assert err == f"note: {former.NOTE}\n" and "use groupwise report RUN..." in former.NOTE
+    assert former.main([str(lens), str(amir)]) == 0 and capsys.readouterr().out == table
+    with pytest.warns(DeprecationWarning, match="use groupwise.report.summary.summarize"):
+        assert former.summarize is summarize
+    with pytest.warns(DeprecationWarning, match="use groupwise.report.plots.plot_run"):
+        assert former.plot_run is plot_run
 
 
 def test_answer_checks_are_one_summary_line_only_when_there_were_some(
@@ -147,6 +178,23 @@ def test_answer_checks_are_one_summary_line_only_when_there_were_some(
         "answer checking: 3 answers compared as text (math-verify could not parse them), "
         "1 timed out, 0 errored" in summary_text(s)
     )
+
+
+def test_a_null_optional_number_is_read_as_not_logged(tmp_path: Path) -> None:
+    rows = [
+        {**groups(0.5, 0.0, 0.5, 0.0), "seconds_heldout": None, "lambda": 0.01},
+        {**groups(0.5, 0.0, 0.5, 0.0), "lambda": None, "pairs_per_group": None},
+    ]
+    s = summarize(write_run(tmp_path / "nulls", {"amir": True}, rows))
+    assert (s.seconds_heldout, s.lambda_first, s.lambda_last, s.pairs_per_group) == (
+        0.0,
+        0.01,
+        0.01,
+        0.0,
+    )
+    bad = [{**groups(0.5, 0.0, 0.5, 0.0), "lambda": "high"}]
+    with pytest.raises(ValueError, match=r"metrics.jsonl:1: lambda must be a finite number"):
+        summarize(write_run(tmp_path / "bad", {"amir": True}, bad))
 
 
 def test_two_runs_of_one_method_are_named_by_folder(lens: Path, tmp_path: Path) -> None:

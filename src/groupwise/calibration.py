@@ -17,10 +17,12 @@ of its interval.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from groupwise.metrics import bootstrap_interval
 
 __all__ = [
     "BINNINGS",
@@ -287,21 +289,9 @@ def _problem_index(problems: Sequence[Hashable] | np.ndarray, size: int) -> tupl
     return index, list(order)
 
 
-def _interval(values: np.ndarray, confidence_level: float) -> list[float] | None:
-    """The percentile interval of the defined (non-NaN) values; None if there is none."""
-    finite = values[~np.isnan(values)]
-    if not finite.size:
-        return None
-    tail = (1.0 - confidence_level) / 2.0
-    low, high = np.quantile(finite, [tail, 1.0 - tail])
-    return [float(low), float(high)]
-
-
-def _check_bootstrap(bootstrap: int, confidence_level: float) -> None:
-    if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 1:
-        raise ValueError(f"bootstrap must be an integer >= 1, got {bootstrap!r}")
-    if not 0.0 < confidence_level < 1.0:
-        raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level!r}")
+def _interval(bounds: np.ndarray) -> list[float] | None:
+    """[low, high] of a bootstrap_interval row as plain numbers; None where it is undefined."""
+    return None if np.isnan(bounds[0]) else [float(bounds[0]), float(bounds[1])]
 
 
 def _value(x: float) -> float | None:
@@ -323,12 +313,10 @@ def calibration_table(
     accuracy over the N (None if N = 0), "mean_confidence", "bins": M, and for each key of
     FIGURES (coverage, brier, ece_mass, ece_width, auroc, overconfidence): the value (None if
     undefined) and "<key>_ci": [low, high] (None if undefined in every resample)}, plain
-    Python numbers. The interval: the (1-level)/2 and 1-(1-level)/2 quantiles of the figure
-    over `bootstrap` resamples of the problems with replacement (a numpy Generator seeded with
-    `seed` draws `rng.integers(0, P, size=P)` per resample, as
-    groupwise.metrics.pass_at_k_table); resamples where it is undefined are left out.
+    Python numbers. The interval: groupwise.metrics.bootstrap_interval of the figure at level
+    `confidence_level` over `bootstrap` resamples of the problems seeded with `seed` (the
+    resamples of pass_at_k_table); resamples where it is undefined are left out.
     """
-    _check_bootstrap(bootstrap, confidence_level)
     bin_edges([], bins, "uniform")  # checks bins
     p = confidence_array(confidence)
     a = _correct_array(correct, p.size)
@@ -346,28 +334,32 @@ def calibration_table(
     }
     counts = _Counts(p, a, index, len(ids))
     point = counts.figures(None, bins)
-    resampled = _resample([counts], bins, bootstrap, seed)[0]
-    for key in FIGURES:
+    figures = _resampled_figures([counts], bins)
+    intervals = bootstrap_interval(
+        lambda chosen: figures(chosen)[0], len(ids), confidence_level, bootstrap, seed
+    )
+    for key, bounds in zip(FIGURES, intervals, strict=True):
         table[key] = _value(point[key])
-        table[f"{key}_ci"] = _interval(resampled[key], confidence_level)
+        table[f"{key}_ci"] = _interval(bounds)
     return table
 
 
-def _resample(
-    runs: Sequence[_Counts], bins: int, bootstrap: int, seed: int
-) -> list[dict[str, np.ndarray]]:
-    """Each figure [bootstrap] of each run on the same resamples of the problems (the runs'
-    problem indices are aligned)."""
+def _resampled_figures(runs: Sequence[_Counts], bins: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The statistic of bootstrap_interval for calibration: resampled problem indices [rows, P]
+    -> every figure of FIGURES of each run on each resample [runs, figures, rows] (the runs'
+    problem indices are aligned, so a resample draws the same problems for every run)."""
     problems = runs[0].problems
-    rng = np.random.default_rng(seed)
-    out = [{key: np.empty(bootstrap) for key in FIGURES} for _ in runs]
-    for row in range(bootstrap):
-        chosen = rng.integers(0, problems, size=problems)
-        multiplicity = np.bincount(chosen, minlength=problems).astype(np.float64)
-        for counts, values in zip(runs, out, strict=True):
-            for key, value in counts.figures(multiplicity, bins).items():
-                values[key][row] = value
-    return out
+
+    def figures(index: np.ndarray) -> np.ndarray:
+        out = np.empty((len(runs), len(FIGURES), index.shape[0]))
+        for row, chosen in enumerate(index):
+            multiplicity = np.bincount(chosen, minlength=problems).astype(np.float64)
+            for run, counts in enumerate(runs):
+                values = counts.figures(multiplicity, bins)
+                out[run, :, row] = [values[key] for key in FIGURES]
+        return out
+
+    return figures
 
 
 def paired_calibration_table(
@@ -388,7 +380,6 @@ def paired_calibration_table(
     in either run), "<key>_ci": [low, high] of the differences over the resamples where both
     are defined (None if there is none)} for each key of FIGURES.
     """
-    _check_bootstrap(bootstrap, confidence_level)
     bin_edges([], bins, "uniform")  # checks bins
     arrays = []
     for run in (first, second):
@@ -409,9 +400,15 @@ def paired_calibration_table(
         index = np.asarray([position[key] for key in ids if key in position], dtype=np.int64)
         runs.append(_Counts(p[keep], a[keep], index, len(shared)))
     points = [counts.figures(None, bins) for counts in runs]
-    resampled = _resample(runs, bins, bootstrap, seed)
+    figures = _resampled_figures(runs, bins)
+
+    def difference(chosen: np.ndarray) -> np.ndarray:
+        both = figures(chosen)
+        return both[1] - both[0]
+
+    intervals = bootstrap_interval(difference, len(shared), confidence_level, bootstrap, seed)
     table: dict[str, Any] = {"problems": len(shared)}
-    for key in FIGURES:
+    for key, bounds in zip(FIGURES, intervals, strict=True):
         table[key] = _value(points[1][key] - points[0][key])
-        table[f"{key}_ci"] = _interval(resampled[1][key] - resampled[0][key], confidence_level)
+        table[f"{key}_ci"] = _interval(bounds)
     return table

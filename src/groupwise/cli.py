@@ -18,8 +18,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("groupwise.train.command", "train a policy with GRPO / AMIR-GRPO / LENS / GSPO"),
     "eval": ("groupwise.evaluation.command", "sample n completions per problem and report pass@k"),
     "analyze": ("groupwise.analysis.command", "the AMIR-GRPO paper's diagnostics as figures"),
-    "report": ("groupwise.report", "one page of training curves and eval tables for runs"),
-    "summary": ("groupwise.train.summary", "training runs in one table (and a figure, --png)"),
+    "report": (
+        "groupwise.report.command",
+        "compare runs: training runs in one table (--png: a figure), or a page (--output)",
+    ),
+    "summary": ("groupwise.train.summary", "deprecated: groupwise report (the same arguments)"),
 }
 
 

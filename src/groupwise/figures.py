@@ -1,4 +1,5 @@
-"""Shared figure helpers: the headless matplotlib backend, saving, and a numpy Gaussian KDE.
+"""Shared figure helpers: the headless matplotlib backend, saving, a numpy Gaussian KDE and the
+moving average of per-step curves.
 
 Every analysis writes its figures through `save_figure`, so they all come out the same size,
 resolution and file type. Importing this module selects the Agg backend (no display needed).
@@ -65,6 +66,21 @@ def series_colors(count: int) -> list[str]:
     """`count` distinct colours from the default cycle (wrapping around past ten)."""
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     return [cycle[i % len(cycle)] for i in range(count)]
+
+
+def moving_average(values: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
+    """float64 [N]: the trailing moving average of a per-step series [N], the mean of each value
+    and the window - 1 before it (fewer at the start), NaNs left out (NaN where the window
+    holds none). The one smoothing of the training curves (`groupwise report`, the testbed)."""
+    x = np.asarray(values, dtype=np.float64)
+    defined = ~np.isnan(x)
+    sums = np.concatenate([[0.0], np.cumsum(np.where(defined, x, 0.0))])
+    counts = np.concatenate([[0], np.cumsum(defined)])
+    ends = np.arange(1, x.size + 1)
+    starts = np.maximum(ends - max(1, window), 0)
+    held = counts[ends] - counts[starts]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(held > 0, (sums[ends] - sums[starts]) / held, np.nan)
 
 
 def scott_bandwidth(values: Sequence[float], fallback: float = 0.05) -> float:

@@ -1,4 +1,6 @@
-"""Evaluation metrics: unbiased pass@k with bootstrap intervals.
+"""Evaluation metrics: unbiased pass@k, and the percentile bootstrap over problems that every
+interval of the package is drawn with (`bootstrap_interval`; pass@k, calibration, held-out
+accuracy and its difference, the testbed's differences).
 
 docs/algorithms.md §4 (pass@k, Chen et al. 2021). The conditional perplexity of the analyses is
 exp(-mean_logp) of groupwise.completion_logprobs.completion_mean_logp
@@ -7,7 +9,7 @@ exp(-mean_logp) of groupwise.completion_logprobs.completion_mean_logp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
 from typing import Any
 
@@ -69,6 +71,75 @@ def pass_at_k(n: Any, c: Any, k: Any) -> float | np.ndarray:
     return float(result) if result.ndim == 0 else result
 
 
+def bootstrap_interval(
+    statistic: Callable[[np.ndarray], np.ndarray],
+    problems: int,
+    confidence: float = 0.95,
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> np.ndarray:
+    """Percentile bootstrap interval of a statistic over problems (docs/algorithms.md §4): the
+    one resampling every interval of the package uses.
+
+    What is resampled: the problems, `bootstrap` times, each resample P = `problems` indices
+    drawn with replacement (a problem's samples or completions stay together). The draws: a
+    numpy Generator seeded with `seed` draws resample r's indices as
+    `rng.integers(0, P, size=P)`, for r = 0, 1, ... in turn; they are drawn in blocks of rows
+    [rows, P] to bound memory, which gives the same indices as one resample at a time.
+
+    Args:
+        statistic: index -> values: index is a block of resamples, int64 [rows, P]; values is
+            the statistic on each of them, float [*S, rows] (S any leading shape, () for one
+            number per resample). NaN marks a resample where the statistic is undefined.
+        problems: P >= 1.
+        confidence: interval coverage in (0, 1).
+        bootstrap: number of resamples, >= 1.
+        seed: seed of the resampling.
+
+    Returns:
+        float64 [*S, 2]: the (1 - confidence)/2 and 1 - (1 - confidence)/2 quantiles (numpy's
+        default "linear" method) of the statistic over the resamples where it is defined;
+        NaN where it is defined in none.
+    """
+    if not _is_int(problems) or problems < 1:
+        raise ValueError(f"bootstrap_interval needs problems >= 1, got {problems!r}")
+    if not _is_int(bootstrap) or bootstrap < 1:
+        raise ValueError(f"bootstrap must be an int >= 1, got {bootstrap!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"interval confidence must lie in (0, 1), got {confidence!r}")
+    rng = np.random.default_rng(seed)
+    rows_per_block = max(1, _BOOTSTRAP_BLOCK // problems)
+    blocks = []
+    for start in range(0, bootstrap, rows_per_block):
+        rows = min(rows_per_block, bootstrap - start)
+        blocks.append(np.asarray(statistic(rng.integers(0, problems, size=(rows, problems)))))
+    values = np.concatenate(blocks, axis=-1)
+    tail = (1.0 - confidence) / 2.0
+    flat = values.reshape(-1, bootstrap)
+    interval = np.full((flat.shape[0], 2), np.nan)
+    for row, samples in enumerate(flat):
+        defined = samples[~np.isnan(samples)]
+        if defined.size:
+            interval[row] = np.quantile(defined, [tail, 1.0 - tail])
+    return interval.reshape(*values.shape[:-1], 2)
+
+
+def mean_interval(
+    per_problem: Any, confidence: float = 0.95, bootstrap: int = 1000, seed: int = 0
+) -> np.ndarray:
+    """`bootstrap_interval` of the mean over problems of per_problem [*S, P] (a number per
+    problem on the last axis, finite): float64 [*S, 2]. A paired difference (two runs or two
+    evaluations of the same problems) is the mean of the per-problem differences."""
+    values = np.asarray(per_problem, dtype=np.float64)
+    if values.ndim == 0 or values.shape[-1] == 0 or not np.all(np.isfinite(values)):
+        raise ValueError("mean_interval needs a non-empty list of finite numbers, one per problem")
+
+    def mean(index: np.ndarray) -> np.ndarray:
+        return values[..., index].mean(axis=-1)
+
+    return bootstrap_interval(mean, values.shape[-1], confidence, bootstrap, seed)
+
+
 def _benchmark_table(
     counts: Sequence[int],
     n: int,
@@ -84,21 +155,11 @@ def _benchmark_table(
     if np.any(correct < 0) or np.any(correct > n):
         raise ValueError(f"correct counts of {name} must lie in [0, n={n}]")
     per_problem = np.stack([pass_at_k(n, correct, k) for k in ks])  # [K, N]
-    problems = correct.size
-    rng = np.random.default_rng(seed)
-    rows_per_block = max(1, _BOOTSTRAP_BLOCK // problems)
-    resampled = []
-    for start in range(0, bootstrap, rows_per_block):
-        rows = min(rows_per_block, bootstrap - start)
-        index = rng.integers(0, problems, size=(rows, problems))
-        resampled.append(per_problem[:, index].mean(axis=-1))  # [K, rows]
-    means = np.concatenate(resampled, axis=1)
-    tail = (1.0 - confidence) / 2.0
-    table: dict[str, Any] = {"n": n, "problems": problems}
+    intervals = mean_interval(per_problem, confidence, bootstrap, seed)  # [K, 2]
+    table: dict[str, Any] = {"n": n, "problems": correct.size}
     for row, k in enumerate(ks):
-        low, high = np.quantile(means[row], [tail, 1.0 - tail])
         table[f"pass@{k}"] = float(per_problem[row].mean())
-        table[f"pass@{k}_ci"] = [float(low), float(high)]
+        table[f"pass@{k}_ci"] = [float(intervals[row, 0]), float(intervals[row, 1])]
     return table
 
 
@@ -112,11 +173,10 @@ def pass_at_k_table(
 ) -> dict[str, Any]:
     """Mean pass@k over problems with a percentile bootstrap interval (docs/algorithms.md §4).
 
-    For each benchmark and each k: the mean over problems of pass_at_k(n, c, k), and the
-    (1-confidence)/2 and 1-(1-confidence)/2 quantiles of that mean over `bootstrap`
-    resamplings of the problems with replacement. Every benchmark draws from its own
-    numpy Generator seeded with `seed`, so its numbers do not depend on the other benchmarks
-    and repeat exactly; all ks share the same resamples.
+    For each benchmark and each k: the mean over problems of pass_at_k(n, c, k), and its
+    `mean_interval` (`bootstrap` resamples of the problems seeded with `seed`). Every
+    benchmark draws its own resamples from that seed, so its numbers do not depend on the
+    other benchmarks and repeat exactly; all ks share the same resamples.
 
     Args:
         correct_counts: {benchmark: [c per problem]}, or one benchmark's [c per problem].
@@ -138,10 +198,6 @@ def pass_at_k_table(
     if not ks or any(not _is_int(k) or not 1 <= k <= n for k in ks):
         raise ValueError(f"ks must be a non-empty list of ints in [1, n={n}], got {ks!r}")
     ks = [int(k) for k in ks]
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
-    if not _is_int(bootstrap) or bootstrap < 1:
-        raise ValueError(f"bootstrap must be an int >= 1, got {bootstrap!r}")
     if isinstance(correct_counts, Mapping):
         return {
             name: _benchmark_table(counts, n, ks, confidence, bootstrap, seed, name)

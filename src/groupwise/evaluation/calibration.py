@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from groupwise.records import Sample
+from groupwise.run_reader import is_number
 
 CALIBRATION_FIGURE = "calibration.png"
 HARD_LEVELS = (4, 5)  # as groupwise.evaluation.results: the LENS paper's hard subset
@@ -98,14 +99,15 @@ def value_with_interval(
     *,
     signed: bool = False,
 ) -> str:
-    """table[key] x scale with its interval table[key_ci] ("-" when undefined); signed for a
-    difference (a leading + on positive values)."""
+    """table[key] x scale with its interval table[key_ci] ("-" when undefined or not a number;
+    the interval only where it is two numbers); signed for a difference (a leading + on
+    positive values). Every table of value and interval is written with it (eval, report)."""
     value, ci = table.get(key), table.get(f"{key}_ci")
-    if value is None:
+    if not is_number(value):
         return "-"
     form = f"{'+' if signed else ''}.{digits}f"
     text = f"{scale * value:{form}}"
-    if ci:
+    if isinstance(ci, list | tuple) and len(ci) == 2 and all(is_number(c) for c in ci):
         text += f" [{scale * ci[0]:{form}}, {scale * ci[1]:{form}}]"
     return text
 

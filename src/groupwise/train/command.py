@@ -142,7 +142,8 @@ def _train(config: Config, args: argparse.Namespace, folder: RunFolder | None, d
     print(f"metrics:    {trainer.log.path}")
     print(f"weights:    {final}")
     if trainer.dist.is_main:
-        from groupwise.train.summary import plot_run, summarize, summary_text
+        from groupwise.report.plots import plot_run
+        from groupwise.report.summary import summarize, summary_text
 
         print(summary_text(summarize(trainer.run_dir)))
         print(f"figure:     {plot_run(trainer.run_dir)}")

@@ -18,6 +18,7 @@ so the numbers do not depend on the process count.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from groupwise import metrics
 from groupwise.data import MixPart, Problem, get_template, load_mix, render_prompt
 from groupwise.evaluation.sampling import problem_seed
 from groupwise.metrics import doubling_ks
-from groupwise.records import read_jsonl
 from groupwise.rollout import SamplingParams
+from groupwise.run_reader import HELDOUT_FILE, read_heldout
 from groupwise.train.metrics_log import JsonlLog
 
 if TYPE_CHECKING:
@@ -44,11 +46,9 @@ __all__ = [
     "Difference",
     "HeldoutEvaluation",
     "accuracy_difference",
-    "mean_interval",
     "read_heldout",
 ]
 
-HELDOUT_FILE = "heldout.jsonl"
 # Resamples of the problems for the interval of a difference; seeded, so it repeats exactly.
 BOOTSTRAP = 10_000
 
@@ -253,34 +253,6 @@ def _stated_confidences(
     ]
 
 
-def read_heldout(run_dir: str | Path) -> list[dict[str, Any]]:
-    """RUN/heldout.jsonl's evaluations in step order ([] when the run has none); a line that
-    cannot be read is an error naming the file and line."""
-    path = Path(run_dir) / HELDOUT_FILE
-    if not path.is_file():
-        return []
-    rows, _ = read_jsonl(path)
-    for number, row in rows:
-        if not isinstance(row, dict) or not {"step", "correct", "n"} <= set(row):
-            raise ValueError(f"{path}:{number}: expected an object with step, correct and n")
-    return sorted((row for _, row in rows), key=lambda row: row["step"])
-
-
-def mean_interval(
-    values: Sequence[float], confidence: float = 0.95, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of `values` (one number per problem),
-    resampling the problems BOOTSTRAP times with a numpy generator seeded with `seed`."""
-    data = np.asarray(values, dtype=np.float64)
-    if data.ndim != 1 or data.size == 0:
-        raise ValueError("mean_interval needs a non-empty list of numbers, one per problem")
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(BOOTSTRAP, data.size))].mean(axis=1)
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    return float(low), float(high)
-
-
 @dataclass(frozen=True)
 class Difference:
     """after - before in accuracy (fractions) with its 95 % interval: a percentile bootstrap
@@ -301,14 +273,38 @@ def accuracy_difference(
 ) -> Difference:
     """The difference in accuracy between two evaluations of the same problems with n samples
     each (correct counts per problem, in the same problem order) and its interval
-    (`mean_interval` of the per-problem differences)."""
+    (groupwise.metrics.mean_interval of the per-problem differences, BOOTSTRAP resamples)."""
     if len(before) != len(after) or not before:
         raise ValueError(
             f"accuracy_difference: {len(before)} and {len(after)} problems; need the same "
             "non-empty problems in both evaluations"
         )
     diff = (np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)) / n
-    low, high = mean_interval(diff, confidence)
+    low, high = metrics.mean_interval(diff, confidence, BOOTSTRAP)
     return Difference(
-        before=float(np.mean(before)) / n, after=float(np.mean(after)) / n, low=low, high=high
+        before=float(np.mean(before)) / n,
+        after=float(np.mean(after)) / n,
+        low=float(low),
+        high=float(high),
     )
+
+
+def _former_mean_interval(
+    values: Sequence[float], confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    low, high = metrics.mean_interval(values, confidence, BOOTSTRAP, seed)
+    return float(low), float(high)
+
+
+def __getattr__(name: str) -> Any:
+    """The former `mean_interval(values, confidence, seed)` (BOOTSTRAP resamples), with a
+    deprecation note: groupwise.metrics.mean_interval is the one mean interval now."""
+    if name != "mean_interval":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        "groupwise.train.heldout.mean_interval is deprecated: use "
+        "groupwise.metrics.mean_interval(values, confidence, bootstrap=10_000, seed=seed)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _former_mean_interval

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from groupwise.run_reader import METRICS_FILE
 from groupwise.train.report_to import open_reporters, scalars
 
-METRICS_FILE = "metrics.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
 SET_ASIDE_SUFFIX = ".set-aside"
 
