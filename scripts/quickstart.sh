@@ -6,7 +6,8 @@
 #
 #   bash scripts/quickstart.sh                          # runs/quickstart/{grpo,amir,lens}
 #   RUNS=runs/qs-seed1 bash scripts/quickstart.sh train.seed=1   # overrides go to every run
-#   bash scripts/quickstart.sh --config configs/quickstart_gsm8k.yaml   # one run of a config
+#   bash scripts/quickstart.sh --config configs/smollm2_arith.yaml   # one run of a config
+#     (in .venv-vllm when scripts/setup_vllm.sh has made it, so `engine: auto` is vLLM)
 #
 # A stopped quickstart continues where it stopped when run again; a finished one prints its
 # results again. To start over: rm -r runs/quickstart (or another RUNS folder).
@@ -17,7 +18,10 @@ if [ -z "${GROUPWISE_DATA:-}" ] && [ -d ../shared/data ]; then
   export GROUPWISE_DATA="$PWD/../shared/data"
 fi
 if [ "${1:-}" = "--config" ]; then
-  exec .venv/bin/groupwise train "$@"
+  # A config with rollout.engine auto samples with vLLM where scripts/setup_vllm.sh installed it.
+  venv=.venv
+  if [ -f .venv-vllm/.setup-stamp ]; then venv=.venv-vllm; fi
+  exec "$venv/bin/groupwise" train "$@"
 fi
 runs=${RUNS:-runs/quickstart}
 SECONDS=0

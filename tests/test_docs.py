@@ -2,11 +2,13 @@
 a page and a heading that exist, none of the former spec files (outside the repository) is
 cited, every relative link in the Markdown points to a file (and heading) that exists, the
 README stays under 16,000 bytes, every ```python block of the README and the guides runs as
-written (offline, on a CPU: the snippets name the shipped models) and every ```yaml block
-loads as a training config."""
+written (offline, on a CPU: the snippets name the shipped models), the README's TRL example
+shows the methods working (AMIR pairs, a gradient, all-wrong groups moved by LENS) and every
+```yaml block loads as a training config."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -253,6 +255,10 @@ def _marks(code: str) -> list[pytest.MarkDecorator]:
 
 
 PYTHON_BLOCKS = [pytest.param(c, id=w, marks=_marks(c)) for w, c in blocks("python")]
+# The README's "Use with TRL" block: its logs are checked, not only its exit status.
+README_TRL_EXAMPLE = next(
+    c for w, c in blocks("python") if w.startswith("README.md") and "GroupwiseGRPOTrainer(" in c
+)
 
 
 def test_the_readme_and_the_guides_have_python_blocks() -> None:
@@ -268,12 +274,36 @@ def test_python_block_runs_as_written(code: str, data_dir: Path, tmp_path: Path)
     work = tmp_path / "work"
     work.mkdir()
     (work / "snippet.py").write_text(code, encoding="utf-8")
+    (work / "run.py").write_text(KEEP_THE_LOGS, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "snippet.py"], cwd=work, capture_output=True, text=True, timeout=1800
+        [sys.executable, "run.py"], cwd=work, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0, (
         f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     )
+    if code == README_TRL_EXAMPLE:
+        _the_method_works(json.loads((work / "log_history.json").read_text()))
+
+
+# Runs snippet.py as the reader would (as __main__), then keeps a trainer's TRL log history.
+KEEP_THE_LOGS = """
+import json, runpy
+names = runpy.run_path("snippet.py", run_name="__main__")
+if "trainer" in names and hasattr(names["trainer"], "state"):
+    with open("log_history.json", "w") as file:
+        json.dump(names["trainer"].state.log_history, file)
+"""
+
+
+def _the_method_works(logs: list[dict]) -> None:
+    """The README's TRL example on the embedded model: every step had a gradient, some step
+    had AMIR pairs and lambda was logged, and some all-wrong group had a LENS gradient."""
+    steps = [entry for entry in logs if "loss" in entry]
+    assert len(steps) == 3, steps
+    assert all(entry["grad_norm"] > 0 for entry in steps), steps
+    assert any(entry["amir/pairs"] > 0 for entry in steps), steps
+    assert all(0.005 <= entry["amir/lambda"] <= 0.05 for entry in steps), steps
+    assert any(entry["groups/all_wrong_with_gradient"] > 0 for entry in steps), steps
 
 
 @pytest.mark.parametrize("config", [pytest.param(c, id=w) for w, c in blocks("yaml")])

@@ -367,6 +367,9 @@ def test_an_all_wrong_group_moves_the_policy_under_lens_only(tmp_path: Path, nam
     else:
         assert norm > 1e-6
         assert float(trainer.seen[0]["advantages"].abs().min()) > 0
+        logged = next(e for e in trainer.state.log_history if "groups/all_wrong" in e)
+        assert logged["groups/all_wrong"] == 1.0
+        assert logged["groups/all_wrong_with_gradient"] == 1.0  # the one group, all wrong
 
 
 # ---------------------------------------------------------------------------------------------

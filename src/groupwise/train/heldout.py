@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from groupwise import metrics
 from groupwise.data import MixPart, Problem, get_template, load_mix, render_prompt
@@ -51,6 +52,8 @@ __all__ = [
 
 # Resamples of the problems for the interval of a difference; seeded, so it repeats exactly.
 BOOTSTRAP = 10_000
+# Problems per generator call of an evaluation: the bar's step (a vLLM batch of 16 x n).
+CHUNK = 16
 
 
 class HeldoutEvaluation:
@@ -63,7 +66,8 @@ class HeldoutEvaluation:
     train.seed. every, last_step: train.eval_every and train.max_steps. dist: the run's
     processes. log: RUN/heldout.jsonl (rank 0) or None (the other processes). asks_confidence:
     the prompt asks for a verbalized confidence (data.prompt amir, amir_groupwise), so each
-    evaluation also measures its calibration (docs/algorithms.md §6).
+    evaluation also measures its calibration (docs/algorithms.md §6). progress: show a bar of
+    the problems sampled and the accuracy so far (train.progress, rank 0).
     """
 
     def __init__(
@@ -80,6 +84,7 @@ class HeldoutEvaluation:
         dist: Distributed,
         log: JsonlLog | None,
         asks_confidence: bool = False,
+        progress: bool = False,
     ) -> None:
         self.problems = list(problems)
         self.prompts = list(prompts)
@@ -93,6 +98,7 @@ class HeldoutEvaluation:
         self.dist = dist
         self.log = log
         self.asks_confidence = asks_confidence
+        self.progress = progress
         self.seed = seed
         self.ks = doubling_ks(n)
 
@@ -132,6 +138,7 @@ class HeldoutEvaluation:
             dist,
             log,
             asks_confidence=get_template(config.data.prompt).asks_confidence,
+            progress=config.train.progress and dist.is_main,
         )
 
     def at(self, step: int, last: bool = False) -> dict[str, float]:
@@ -154,7 +161,7 @@ class HeldoutEvaluation:
         from groupwise.metrics import pass_at_k_table
 
         started = time.perf_counter()
-        counts, stated = self._sample_mine()
+        counts, stated = self._sample_mine(step)
         correct_per_problem = [0] * len(self.problems)
         for part in self.dist.gather(counts):
             for index, count in part:
@@ -191,26 +198,43 @@ class HeldoutEvaluation:
         }
 
     def _sample_mine(
-        self,
+        self, step: int
     ) -> tuple[list[tuple[int, int]], list[tuple[int, list[float | None], list[int]]]]:
         """This process's share of the problems, sampled and checked: (problem index, correct
         count) of each, and (index, stated confidences, correctness per sample) when the
-        prompt asks for a confidence."""
+        prompt asks for a confidence. The problems go to the generator CHUNK at a time, so the
+        bar moves; each problem's samples come from its own seed, so the chunks change
+        nothing."""
         mine = list(range(self.dist.rank, len(self.problems), self.dist.world_size))
-        if not mine:
-            return [], []
-        rollouts = self.generator.generate(
-            [self.prompts[i] for i in mine],
-            self.n,
-            self.sampling,
-            prompt_seeds=[self.seeds[i] for i in mine],
+        counts: list[tuple[int, int]] = []
+        stated: list[tuple[int, list[float | None], list[int]]] = []
+        bar = tqdm(
+            total=len(mine),
+            disable=not self.progress,
+            desc=f"held-out at step {step}",
+            unit="problem",
+            leave=False,
+            dynamic_ncols=True,
         )
-        golds = [self.problems[i].answer for i in mine for _ in range(self.n)]
-        correct = self.rewards.score(rollouts.texts, golds).correct.view(-1, self.n)
-        counts = list(zip(mine, correct.sum(dim=1).tolist(), strict=True))
-        if not self.asks_confidence:
-            return counts, []
-        return counts, _stated_confidences(mine, rollouts.texts, correct.tolist(), self.n)
+        right = 0
+        for start in range(0, len(mine), CHUNK):
+            chunk = mine[start : start + CHUNK]
+            rollouts = self.generator.generate(
+                [self.prompts[i] for i in chunk],
+                self.n,
+                self.sampling,
+                prompt_seeds=[self.seeds[i] for i in chunk],
+            )
+            golds = [self.problems[i].answer for i in chunk for _ in range(self.n)]
+            correct = self.rewards.score(rollouts.texts, golds).correct.view(-1, self.n)
+            counts += zip(chunk, correct.sum(dim=1).tolist(), strict=True)
+            if self.asks_confidence:
+                stated += _stated_confidences(chunk, rollouts.texts, correct.tolist(), self.n)
+            right += int(correct.sum())
+            bar.update(len(chunk))
+            bar.set_postfix(accuracy=f"{right / (bar.n * self.n):.1%}")
+        bar.close()
+        return counts, stated
 
     def _calibration(
         self, stated: Sequence[tuple[int, list[float | None], list[int]]]

@@ -136,8 +136,13 @@ def group_rewards(
     )
 
 
-def group_fractions(correct: Tensor, group_size: int) -> dict[str, float]:
+def group_fractions(correct: Tensor, advantages: Tensor, group_size: int) -> dict[str, float]:
     """Fractions of the batch's groups that are all correct, all wrong and mixed
-    (docs/algorithms.md §3's group types), under TRL-style metric names."""
+    (docs/algorithms.md §3's group types), and that are all wrong yet have an advantage other
+    than 0 (`groups/all_wrong_with_gradient`: LENS's calibrated negatives; 0 under GRPO),
+    under TRL-style metric names. correct: [B] bool; advantages: [B]; group-major."""
     kinds = group_types(correct, group_size)
-    return {f"groups/{kind}": float(flags.float().mean()) for kind, flags in kinds.items()}
+    fractions = {f"groups/{kind}": float(flags.float().mean()) for kind, flags in kinds.items()}
+    moved = advantages.view(-1, group_size).ne(0).any(dim=1) & kinds["all_wrong"]
+    fractions["groups/all_wrong_with_gradient"] = float(moved.float().mean())
+    return fractions

@@ -144,9 +144,9 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
     Use it as GRPOTrainer, with a GroupwiseGRPOConfig as `args` (module docstring: what it
     overrides and why). Logged through TRL's metrics (so to TensorBoard / W&B / trackio with
     `report_to`), per generation batch: `groups/all_correct`, `groups/all_wrong`, `groups/mixed`
-    (when the correctness reward is known and binary) and with AMIR `amir/pairs`,
-    `amir/preference_loss` (L_pref at the rollout policy), `amir/pair_logp_margin`; per
-    optimizer step `amir/lambda`.
+    and `groups/all_wrong_with_gradient` (when the correctness reward is known and binary) and
+    with AMIR `amir/pairs`, `amir/preference_loss` (L_pref at the rollout policy),
+    `amir/pair_logp_margin`; per optimizer step `amir/lambda`.
     """
 
     _tag_names: ClassVar[list[str]] = [*GRPOTrainer._tag_names, "groupwise"]
@@ -345,7 +345,7 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         pref_loss = None
         if self.algorithm.pair_settings is not None:
             pref_loss = self._record_pairs(batch, targets)
-        self._log_group_types(record.rewards)
+        self._log_group_types(record.rewards, targets.advantages)
         return pref_loss
 
     def _record_pairs(self, batch: dict[str, Any], targets: GroupTargets) -> float | None:
@@ -363,14 +363,14 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         # the official rule updates lambda only where there are pairs (docs/algorithms.md §2)
         return float(targets.pair_losses.mean()) if pairs else None
 
-    def _log_group_types(self, rewards: Tensor) -> None:
+    def _log_group_types(self, rewards: Tensor, advantages: Tensor) -> None:
         """groups/* from the correctness reward, when there is one and it is binary (warned
-        about once otherwise)."""
+        about once otherwise), and the batch's advantages ([B], group-major)."""
         if self.correctness is None:
             return
         correct = correct_rows(rewards, self.correctness, required=False)
         if correct is not None:
-            for key, value in group_fractions(correct, self.num_generations).items():
+            for key, value in group_fractions(correct, advantages, self.num_generations).items():
                 self._metrics["train"][key].append(value)
         elif not self._warned_non_binary:
             self._warned_non_binary = True
