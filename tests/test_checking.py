@@ -123,6 +123,42 @@ def test_judge_in_process_and_how() -> None:
     assert judge("\\boxed{B}", "C") == Verdict("wrong", "B", "choice")
 
 
+# (completion, gold, expected status, extracted): arithmetic left unevaluated is not an answer
+# when the gold is a number (groupwise mode only; math-verify evaluates it and accepts it).
+UNEVALUATED_CASES = [
+    ("The answer is 8 + 4 - 4.", "8", "wrong", "8 + 4 - 4"),
+    ("The answer is \\boxed{8 + 4 - 4}.", "8", "wrong", "8 + 4 - 4"),
+    ("so \\boxed{(3 + 1) \\times 2}", "8", "wrong", "(3 + 1) \\times 2"),
+    ("The answer is 2 \\cdot 4", "8", "wrong", "2 \\cdot 4"),
+    ("The answer is 12 \u2212 4", "8", "wrong", "12 \u2212 4"),
+    # the value stated after the arithmetic is the answer
+    ("The answer is 8 + 4 - 4, which is 8.", "8", "correct", "8"),
+    ("So, the final answer is 8 + 4 - 4 which is 12.", "8", "wrong", "12"),
+    ("8 + 4 - 4 = 12 - 4 = 8. So the answer is 8.", "8", "correct", "8"),
+    # values, not arithmetic: a signed number, a fraction, a quotient read as a fraction
+    ("The answer is \\boxed{-8}", "-8", "correct", "-8"),
+    ("so \\boxed{\\frac{16}{2}}", "8", "correct", "\\frac{16}{2}"),
+    ("so \\boxed{1/2}", "0.5", "correct", "1/2"),
+    # a gold that is not a plain number: math-verify's equivalence as before
+    ("so \\boxed{x + 1}", "1 + x", "correct", "x + 1"),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "status", "extracted"), UNEVALUATED_CASES)
+def test_arithmetic_left_unevaluated_is_not_an_answer(
+    completion: str, gold: str, status: str, extracted: str
+) -> None:
+    verdict = judge(completion, gold)
+    assert (verdict.status, verdict.extracted) == (status, extracted)
+    assert ("unevaluated" in verdict.detail) == (status == "wrong" and extracted != "12")
+
+
+@pytest.mark.parametrize("completion", [c for c, *_ in UNEVALUATED_CASES[:3]])
+def test_math_verify_accepts_the_arithmetic_groupwise_refuses(completion: str) -> None:
+    # the LENS paper's mode is math-verify itself: it evaluates the arithmetic
+    assert judge(completion, "8", "math_verify").status == "correct"
+
+
 def test_unparsed_answers_are_compared_as_text_and_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -19,6 +19,7 @@ from groupwise.report import (
     plot_runs,
     summarize,
     summary_text,
+    versus,
 )
 
 
@@ -110,9 +111,31 @@ def test_summary_of_an_amir_run_without_heldout(amir: Path) -> None:
 def test_comparison_table_has_a_row_per_run(lens: Path, amir: Path) -> None:
     table = comparison_table([summarize(lens), summarize(amir)]).splitlines()
     assert len(table) == 4 and table[1].count("---") == table[0].count(" | ") + 1
+    assert "| after vs LENS [95 % CI] |" in table[0]
     assert table[2].startswith("| LENS | 50.0 % | 83.3 % | +33.3 [")
-    assert table[2].endswith("| 62% / 0% / 38% | 100.0% | – | – |")
-    assert table[3] == "| AMIR-GRPO | – | – | – | 67% / 17% / 17% | 0.0% | 5.0 | 0.0080 -> 0.0050 |"
+    assert table[2].endswith("| – | 62% / 0% / 38% | 100.0% | – | – |")
+    assert table[3] == (
+        "| AMIR-GRPO | – | – | – | – | 67% / 17% / 17% | 0.0% | 5.0 | 0.0080 -> 0.0050 |"
+    )
+    single = comparison_table([summarize(lens)]).splitlines()
+    assert "after vs" not in single[0] and single[2].count(" | ") == table[2].count(" | ") - 1
+
+
+def test_runs_are_compared_with_the_first_problem_by_problem(lens: Path, tmp_path: Path) -> None:
+    # lens ends at [4, 4, 2] of 4; this run at [2, 4, 0]: 6/12 against 10/12, -33.3 points
+    rows = [groups(0.5, 0.0, 0.5, 0.0)]
+    grpo = write_run(tmp_path / "grpo", {}, rows, [(0, [0, 4, 2]), (1, [2, 4, 0])])
+    d = versus(summarize(lens), summarize(grpo))
+    assert (d.before, d.after) == (pytest.approx(10 / 12), pytest.approx(6 / 12))
+    # every problem lost or kept: each resample's mean difference is at most 0
+    assert d.low <= d.delta == pytest.approx(-1 / 3) and d.high <= 0
+    table = comparison_table([summarize(lens), summarize(grpo)]).splitlines()
+    assert "| -33.3 [" in table[3]
+    # other problems, or another number of samples: no pairing
+    other = write_run(tmp_path / "n8", {}, rows, [(0, [0, 4, 2]), (1, [2, 4, 0])], n=8)
+    assert versus(summarize(lens), summarize(other)) is None
+    fewer = write_run(tmp_path / "two", {}, rows, [(0, [0, 4]), (1, [2, 4])])
+    assert versus(summarize(lens), summarize(fewer)) is None
 
 
 def test_moving_average() -> None:

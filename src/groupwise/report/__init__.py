@@ -19,6 +19,7 @@ from groupwise.report.summary import (
     run_labels,
     summarize,
     summary_text,
+    versus,
 )
 from groupwise.report.tables import eval_tables, heldout_table, settings_mismatches
 from groupwise.run_reader import RunRecord, absent_terms, find_results, load_record, read_metrics
@@ -48,4 +49,5 @@ __all__ = [
     "settings_mismatches",
     "summarize",
     "summary_text",
+    "versus",
 ]

@@ -44,6 +44,7 @@ __all__ = [
     "run_labels",
     "summarize",
     "summary_text",
+    "versus",
 ]
 
 # What summarize reads of every metrics.jsonl row, and what it reads where a row has it.
@@ -88,6 +89,9 @@ class RunSummary:
     answers_unparsed: int = 0
     answers_timeout: int = 0
     answers_error: int = 0
+    # The last held-out evaluation: each problem's id (where logged) and correct count.
+    final_problems: tuple[str, ...] = ()
+    final_correct: tuple[int, ...] = ()
 
 
 def training_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -161,6 +165,30 @@ def summarize(run_dir: str | Path) -> RunSummary:
         answers_unparsed=sum(int(row.get("answers_unparsed", 0)) for row in rows),
         answers_timeout=sum(int(row.get("answers_timeout", 0)) for row in rows),
         answers_error=sum(int(row.get("answers_error", 0)) for row in rows),
+        final_problems=tuple(evaluations[-1].get("problem_ids", ())) if evaluations else (),
+        final_correct=tuple(evaluations[-1]["correct"]) if heldout else (),
+    )
+
+
+def versus(reference: RunSummary, other: RunSummary) -> Difference | None:
+    """`other`'s final held-out accuracy minus `reference`'s, paired problem by problem, with
+    its 95 % interval (groupwise.train.heldout.accuracy_difference); None unless both runs
+    were evaluated before and after on the same problems with the same samples per problem.
+    Runs of one config and seed also share each problem's sampling seed, so the difference is
+    the policies'."""
+    from groupwise.train.heldout import accuracy_difference
+
+    same = (
+        reference.heldout is not None
+        and other.heldout is not None
+        and reference.heldout_samples == other.heldout_samples
+        and len(reference.final_correct) == len(other.final_correct)
+        and reference.final_problems == other.final_problems
+    )
+    if not same:
+        return None
+    return accuracy_difference(
+        reference.final_correct, other.final_correct, reference.heldout_samples
     )
 
 
@@ -227,37 +255,41 @@ def run_labels(summaries: Sequence[RunSummary]) -> list[str]:
 def comparison_table(summaries: Sequence[RunSummary], labels: Sequence[str] = ()) -> str:
     """One markdown row per run (named by `labels`, by default `run_labels`): held-out
     accuracy before, after, the difference and its interval, the group shares and each
-    method's own signal."""
-    header = (
-        "| method | held-out before | after | difference [95 % CI] | groups mixed / "
-        "all-correct / all-wrong | all-wrong groups with a gradient | AMIR pairs per group "
-        "| lambda first -> last |"
+    method's own signal; with several runs also each run's final accuracy against the first
+    run's, paired over problems (`versus`)."""
+    labels = list(labels or run_labels(summaries))
+    compared = len(summaries) > 1
+    header = "| method | held-out before | after | difference [95 % CI] | "
+    if compared:
+        header += f"after vs {labels[0]} [95 % CI] | "
+    header += (
+        "groups mixed / all-correct / all-wrong | all-wrong groups with a gradient | "
+        "AMIR pairs per group | lambda first -> last |"
     )
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
-    for s, label in zip(summaries, labels or run_labels(summaries), strict=True):
-        d = s.heldout
-        held = (
-            [
-                f"{100 * d.before:.1f} %",
-                f"{100 * d.after:.1f} %",
-                f"{_points(d.delta)} [{_points(d.low)}, {_points(d.high)}]",
-            ]
-            if d is not None
-            else ["–", "–", "–"]
-        )
+    for s, label in zip(summaries, labels, strict=True):
+        held = [_interval_cell(s.heldout, before_after=True)]
+        if compared:
+            held.append("–" if s is summaries[0] else _interval_cell(versus(summaries[0], s)))
         lam = f"{s.lambda_first:.4f} -> {s.lambda_last:.4f}" if s.lambda_first is not None else "–"
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    label,
-                    *held,
-                    f"{s.mixed:.0%} / {s.all_correct:.0%} / {s.all_wrong:.0%}",
-                    _cell(s.all_wrong_with_gradient, ".1%"),
-                    _cell(s.pairs_per_group, ".1f"),
-                    lam,
-                ]
-            )
-            + " |"
-        )
+        cells = [
+            label,
+            *held,
+            f"{s.mixed:.0%} / {s.all_correct:.0%} / {s.all_wrong:.0%}",
+            _cell(s.all_wrong_with_gradient, ".1%"),
+            _cell(s.pairs_per_group, ".1f"),
+            lam,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _interval_cell(d: Difference | None, before_after: bool = False) -> str:
+    """'+8.2 [+5.9, +10.5]' (points); with before_after the two accuracies first, as three
+    cells; '–' for each where there is no difference."""
+    if d is None:
+        return " | ".join(["–"] * (3 if before_after else 1))
+    delta = f"{_points(d.delta)} [{_points(d.low)}, {_points(d.high)}]"
+    if before_after:
+        return f"{100 * d.before:.1f} % | {100 * d.after:.1f} % | {delta}"
+    return delta

@@ -264,7 +264,12 @@ def judge_groupwise(completion: str, gold: str) -> Verdict:
     answer = reading.answer
     if answer is None and reading.region is not None:
         found = _math_verify_extraction(reading.region)
-        if found is not None and _has_expression(found[1]):
+        if found is not None and _unevaluated(found[0], gold):
+            # "8 + 4 - 4, which is 8": the value stated after the arithmetic, if any
+            after = reading.region[reading.region.rfind(found[0]) + len(found[0]) :]
+            numbers = _LAST_NUMBER.findall(after)
+            answer = numbers[-1] if numbers else found[0]
+        elif found is not None and _has_expression(found[1]):
             text, parsed = found
             # A number equal to the gold as a plain number ("1.22" for "1,22") needs no sympy.
             numbers = _plain_numbers(text, _normalize(clean_answer(gold) or ""))
@@ -273,11 +278,40 @@ def judge_groupwise(completion: str, gold: str) -> Verdict:
             gold_parsed = _parse_gold(gold)
             if _has_expression(gold_parsed):
                 return _decided(_verify(gold_parsed, parsed), text, "math-verify extraction")
-        answer = reading.fallback or (found[0] if found is not None else None)
+        if answer is None:
+            answer = reading.fallback or (found[0] if found is not None else None)
     if answer is None:
         return Verdict("no_answer", None, "no answer found")
+    if _unevaluated(answer, gold):
+        return Verdict("wrong", answer, UNEVALUATED)
     equivalent, how = answers_equivalent(answer, gold)
     return _decided(equivalent, answer, how)
+
+
+UNEVALUATED = "unevaluated arithmetic: the answer is a sum, difference, product or quotient"
+"""Detail of a groupwise verdict on an answer left as arithmetic of plain numbers."""
+
+# Two or more plain numbers joined by + - * x / and brackets, nothing else: "8 + 4 - 4",
+# "(3 + 5) \times 2". A single quotient "1/2" is a value (a fraction), so it does not count.
+_NUMBER = r"[-+]?\d+(?:\.\d+)?"
+_OPERATOR = r"(?:[-+*/×÷·]|\\times|\\cdot|\\div)"
+_ARITHMETIC = re.compile(rf"^[(\[]*{_NUMBER}[)\]]*(?:{_OPERATOR}[(\[]*{_NUMBER}[)\]]*)+$")
+_FRACTION = re.compile(rf"^{_NUMBER}/\d+$")
+_LAST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _unevaluated(answer: str, gold: str) -> bool:
+    """The answer is arithmetic of plain numbers left for the reader to compute ("8 + 4 - 4",
+    "\\boxed{3 \\times 4}") while the gold is a plain number: groupwise counts it wrong.
+    Math-verify evaluates such an answer and accepts it, so on a task whose question is the
+    arithmetic ("What is 8 + 4 - 4?", `arith` with `form: expression`) restating the question
+    would earn the reward. Where math-verify's extraction finds such arithmetic, the last
+    number stated after it is the answer ("8 + 4 - 4, which is 8"), if there is one
+    (docs/algorithms.md §2, "Rewards of AMIR-GRPO")."""
+    squashed = _squash(_normalize(answer))
+    if not _DECIMAL.match(_squash(_normalize(clean_answer(gold) or gold))):
+        return False
+    return bool(_ARITHMETIC.match(squashed)) and not _FRACTION.match(squashed)
 
 
 @lru_cache(maxsize=4096)
