@@ -10,6 +10,7 @@ exp(-mean_logp) of groupwise.completion_logprobs.completion_mean_logp
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
 
@@ -138,6 +139,47 @@ def mean_interval(
         return values[..., index].mean(axis=-1)
 
     return bootstrap_interval(mean, values.shape[-1], confidence, bootstrap, seed)
+
+
+# Resamples of the problems for the interval of a difference; seeded, so it repeats exactly.
+DIFFERENCE_BOOTSTRAP = 10_000
+
+
+@dataclass(frozen=True)
+class Difference:
+    """after - before in accuracy (fractions) with its 95 % interval: a percentile bootstrap
+    over problems, each problem's before and after kept together (paired): two evaluations of
+    one run (groupwise.train.heldout) or of two runs on the same problems (groupwise report)."""
+
+    before: float
+    after: float
+    low: float
+    high: float
+
+    @property
+    def delta(self) -> float:
+        return self.after - self.before
+
+
+def accuracy_difference(
+    before: Sequence[int], after: Sequence[int], n: int, confidence: float = 0.95
+) -> Difference:
+    """The difference in accuracy between two evaluations of the same problems with n samples
+    each (correct counts per problem, in the same problem order) and its interval
+    (`mean_interval` of the per-problem differences, DIFFERENCE_BOOTSTRAP resamples)."""
+    if len(before) != len(after) or not before:
+        raise ValueError(
+            f"accuracy_difference: {len(before)} and {len(after)} problems; need the same "
+            "non-empty problems in both evaluations"
+        )
+    diff = (np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)) / n
+    low, high = mean_interval(diff, confidence, DIFFERENCE_BOOTSTRAP)
+    return Difference(
+        before=float(np.mean(before)) / n,
+        after=float(np.mean(after)) / n,
+        low=float(low),
+        high=float(high),
+    )
 
 
 def _benchmark_table(

@@ -34,7 +34,7 @@ from groupwise.run_reader import (
 )
 
 if TYPE_CHECKING:
-    from groupwise.train.heldout import Difference
+    from groupwise.metrics import Difference
 
 __all__ = [
     "RunSummary",
@@ -122,7 +122,7 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
 def summarize(run_dir: str | Path) -> RunSummary:
     """The summary of the run in `run_dir` (complete or not: the last logged step counts as
     the end)."""
-    from groupwise.train.heldout import accuracy_difference
+    from groupwise.metrics import accuracy_difference
 
     run_dir = Path(run_dir)
     rows = training_rows(run_dir)
@@ -172,11 +172,11 @@ def summarize(run_dir: str | Path) -> RunSummary:
 
 def versus(reference: RunSummary, other: RunSummary) -> Difference | None:
     """`other`'s final held-out accuracy minus `reference`'s, paired problem by problem, with
-    its 95 % interval (groupwise.train.heldout.accuracy_difference); None unless both runs
+    its 95 % interval (groupwise.metrics.accuracy_difference); None unless both runs
     were evaluated before and after on the same problems with the same samples per problem.
     Runs of one config and seed also share each problem's sampling seed, so the difference is
     the policies'."""
-    from groupwise.train.heldout import accuracy_difference
+    from groupwise.metrics import accuracy_difference
 
     same = (
         reference.heldout is not None

@@ -20,17 +20,15 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from groupwise import metrics
 from groupwise.data import MixPart, Problem, get_template, load_mix, render_prompt
 from groupwise.evaluation.sampling import problem_seed
-from groupwise.metrics import doubling_ks
+from groupwise.metrics import Difference, accuracy_difference, doubling_ks
 from groupwise.rollout import SamplingParams
 from groupwise.run_reader import HELDOUT_FILE, read_heldout
 from groupwise.train.metrics_log import JsonlLog
@@ -51,7 +49,7 @@ __all__ = [
 ]
 
 # Resamples of the problems for the interval of a difference; seeded, so it repeats exactly.
-BOOTSTRAP = 10_000
+BOOTSTRAP = metrics.DIFFERENCE_BOOTSTRAP
 # Problems per generator call of an evaluation: the bar's step (a vLLM batch of 16 x n).
 CHUNK = 16
 
@@ -232,7 +230,7 @@ class HeldoutEvaluation:
                 stated += _stated_confidences(chunk, rollouts.texts, correct.tolist(), self.n)
             right += int(correct.sum())
             bar.update(len(chunk))
-            bar.set_postfix(accuracy=f"{right / (bar.n * self.n):.1%}")
+            bar.set_postfix(accuracy=f"{right / ((start + len(chunk)) * self.n):.1%}")
         bar.close()
         return counts, stated
 
@@ -275,42 +273,6 @@ def _stated_confidences(
         )
         for row, index in enumerate(indices)
     ]
-
-
-@dataclass(frozen=True)
-class Difference:
-    """after - before in accuracy (fractions) with its 95 % interval: a percentile bootstrap
-    over problems, each problem's before and after kept together (paired)."""
-
-    before: float
-    after: float
-    low: float
-    high: float
-
-    @property
-    def delta(self) -> float:
-        return self.after - self.before
-
-
-def accuracy_difference(
-    before: Sequence[int], after: Sequence[int], n: int, confidence: float = 0.95
-) -> Difference:
-    """The difference in accuracy between two evaluations of the same problems with n samples
-    each (correct counts per problem, in the same problem order) and its interval
-    (groupwise.metrics.mean_interval of the per-problem differences, BOOTSTRAP resamples)."""
-    if len(before) != len(after) or not before:
-        raise ValueError(
-            f"accuracy_difference: {len(before)} and {len(after)} problems; need the same "
-            "non-empty problems in both evaluations"
-        )
-    diff = (np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)) / n
-    low, high = metrics.mean_interval(diff, confidence, BOOTSTRAP)
-    return Difference(
-        before=float(np.mean(before)) / n,
-        after=float(np.mean(after)) / n,
-        low=float(low),
-        high=float(high),
-    )
 
 
 def _former_mean_interval(
