@@ -18,7 +18,9 @@ KINDS: dict[str, list[tuple[str, str, str]]] = {
         ("so it equals $\\left( \\frac{1}{3} \\right)$", "\\frac13", "correct"),
         ("The rope is $\\frac{1}{3} \\text{meters}$ long", "\\frac{1}{3}", "correct"),
         ("Therefore $k = \\frac{1}{3}$", "\\frac{1}{3}", "correct"),
-        ("Answer \\( (9+1) \\)", "10", "correct"),
+        # read whole, "(9+1)" and not its last digit; arithmetic left unevaluated is no answer
+        ("Answer \\( (9+1) \\)", "10", "wrong"),
+        ("Answer \\( (9+1) = 10 \\)", "10", "correct"),
         ("\\[ \\frac{7}{2} \\]", "3.5", "correct"),
         ("We find $x = \\sqrt{2}$, so the area is $2\\sqrt{2}$", "2\\sqrt{2}", "correct"),
         ("Thus the sum is $\\frac{1}{3}$", "3", "wrong"),
