@@ -87,10 +87,13 @@ def test_quickstart_runs_the_three_methods_and_compares_them(shipped: tuple[Path
     before = {row.split(" | ")[1] for row in table[2:]}
     assert len(before) == 1
     cells = [row.split(" | ") for row in table[2:]]
-    assert cells[0][5:] == ["0.0%", "–", "– |"]  # GRPO: no all-wrong group moves, no pairs
-    assert cells[1][5] == "0.0%" and float(cells[1][6]) > 0  # AMIR-GRPO: pairs
-    assert cells[1][7].startswith("0.0")  # and lambda
-    assert cells[2][5] not in ("0.0%", "–") and cells[2][6] == "–"  # LENS: all-wrong groups move
+    assert cells[0][6:] == ["0.0%", "–", "– |"]  # GRPO: no all-wrong group moves, no pairs
+    assert cells[1][6] == "0.0%" and float(cells[1][7]) > 0  # AMIR-GRPO: pairs
+    assert cells[1][8].startswith("0.0")  # and lambda
+    assert cells[2][6] not in ("0.0%", "–") and cells[2][7] == "–"  # LENS: all-wrong groups move
+    # each method's final accuracy against GRPO's, paired over the same problems and streams
+    assert "| after vs GRPO [95 % CI] |" in table[0] and cells[0][4] == "–"
+    assert all(INTERVAL.fullmatch(row[4]) for row in cells[1:])
     assert (runs / "quickstart.png").read_bytes()[:4] == b"\x89PNG"
     assert "GRPO: 50 steps" in out and "quickstart: " in out
     # run again: nothing is trained twice, the same table comes back
