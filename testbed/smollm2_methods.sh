@@ -11,7 +11,7 @@
 #
 # Resumable: run it again after a stop and each run continues from its last checkpoint; a
 # finished run prints its summary again. In .venv-vllm (rollouts on vLLM) where
-# scripts/setup_vllm.sh made it, else .venv. About 31 minutes a run on 2 cores with vLLM
+# scripts/setup_vllm.sh made it, else .venv. About 35 minutes a run on 2 cores with vLLM
 # (docs/guides/train.md, "A real model learns"). Extra arguments are overrides of every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -299,7 +299,7 @@ def _the_method_works(logs: list[dict]) -> None:
     """The README's TRL example on the embedded model: every step had a gradient, some step
     had AMIR pairs and lambda was logged, and some all-wrong group had a LENS gradient."""
     steps = [entry for entry in logs if "loss" in entry]
-    assert len(steps) == 3, steps
+    assert len(steps) == 2, steps
     assert all(entry["grad_norm"] > 0 for entry in steps), steps
     assert any(entry["amir/pairs"] > 0 for entry in steps), steps
     assert all(0.005 <= entry["amir/lambda"] <= 0.05 for entry in steps), steps
