@@ -97,7 +97,7 @@ def adapter(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def engine(adapter: Path) -> Any:
     """The module's one vLLM engine: SmolLM2 with the adapter applied to every request."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # as scripts/test.sh: memory is shared
     from groupwise.rollout import VLLMEngine
 
     return VLLMEngine(

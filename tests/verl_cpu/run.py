@@ -130,6 +130,9 @@ def main_ppo(assets: Path, folder: Path, *keys: str, timeout: float = 600) -> Ru
         "OMP_NUM_THREADS": "1",
         "HYDRA_FULL_ERROR": "1",
         "RAY_DEDUP_LOGS": "0",
+        # Ray's memory monitor kills its workers when the whole machine passes 95 %, whoever
+        # holds the memory: in CI the other test lanes (a vLLM engine, a TRL run) did so
+        "RAY_memory_monitor_refresh_ms": "0",
     }
     command = [
         sys.executable,
