@@ -251,7 +251,8 @@ def blocks(lang: str) -> list[tuple[str, str]]:
 
 
 def _marks(code: str) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.slow] if ".train()" in code else []  # a training run: over 10 s
+    # a training run of SmolLM2: over 10 s, and up to 7 GiB
+    return [pytest.mark.slow, pytest.mark.big_memory] if ".train()" in code else []
 
 
 PYTHON_BLOCKS = [pytest.param(c, id=w, marks=_marks(c)) for w, c in blocks("python")]
