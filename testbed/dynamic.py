@@ -30,16 +30,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import runs
 from .stats import difference_to_reference
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,48 +81,30 @@ def run_dir(output: Path, method: str, seed: int) -> Path:
     return output / method.replace(" ", "").replace("+", "_") / f"seed{seed}"
 
 
-def is_complete(folder: Path) -> bool:
-    return (folder / "final").is_dir()
-
-
-def train(args: argparse.Namespace, method: str, seed: int) -> tuple[float, float]:
-    """One run to its end (resumed when its folder has a checkpoint); its wall seconds and the
-    CPU seconds (user + system) of its process."""
-    folder = run_dir(args.output, method, seed)
-    overrides = [*common_overrides(args), *METHODS[method], f"train.seed={seed}"]
+def planned_runs(args: argparse.Namespace) -> list[runs.Run]:
+    """Every run of the bench, seed-major: a nice'd process with one torch thread each."""
+    environment = runs.python_environment(REPO, OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "groupwise", "train", "--config", str(CONFIG)]
-    command += [*overrides, f"train.output_dir={folder}"]
-    command.append("--resume" if (folder / "checkpoints").is_dir() else "--overwrite")
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
-    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(["nice", *command], check=True, env=environment, cwd=REPO)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return time.perf_counter() - started, cpu
+    return [
+        runs.Run(
+            f"{method}|{seed}",
+            run_dir(args.output, method, seed),
+            [*command, *common_overrides(args), *METHODS[method], f"train.seed={seed}"],
+            environment,
+            nice=True,
+        )
+        for seed in args.seeds
+        for method in METHODS
+    ]
 
 
 def read_run(folder: Path) -> dict[str, Any]:
     """A run's curve (held-out accuracy against completions sampled), its final per-problem
-    accuracies, and what its sampling cost."""
-    from groupwise.run_reader import METRICS_FILE, read_heldout, read_metrics
-
-    lines = read_metrics(folder / METRICS_FILE)
-    heldout = read_heldout(folder)
-    sampled, curve = 0, []
-    by_step = {row["step"]: row for row in heldout}
-    if 0 in by_step:
-        curve.append((0, by_step[0]["accuracy"]))
-    for line in lines:
-        sampled += line["completions_sampled"]
-        if line["step"] in by_step:
-            curve.append((sampled, by_step[line["step"]]["accuracy"]))
-    final = max(heldout, key=lambda row: row["step"])
+    accuracies (testbed.runs.read_run), and what its sampling cost."""
+    run = runs.read_run(folder)
+    lines = run.pop("metrics")
     return {
-        "steps": len(lines),
-        "completions": sampled,
-        "curve": curve,
-        "final_accuracy": final["accuracy"],
-        "per_problem": [c / final["n"] for c in final["correct"]],
+        **run,
         "draws_per_step": float(np.mean([line.get("draws", 1) for line in lines])),
         "dropped_all_wrong": sum(line.get("groups_dropped_all_wrong", 0) for line in lines),
         "dropped_all_correct": sum(line.get("groups_dropped_all_correct", 0) for line in lines),
@@ -136,22 +115,22 @@ def read_run(folder: Path) -> dict[str, Any]:
 def report(args: argparse.Namespace, wall: dict[str, float]) -> dict[str, Any]:
     """The table, the figure and the JSON of the complete runs (paired over the seeds every
     method has completed)."""
-    runs = {
+    complete = {
         method: {
             seed: read_run(run_dir(args.output, method, seed))
             for seed in args.seeds
-            if is_complete(run_dir(args.output, method, seed))
+            if runs.is_complete(run_dir(args.output, method, seed))
         }
         for method in METHODS
     }
-    seeds = [s for s in args.seeds if all(s in runs[m] for m in METHODS)]
+    seeds = [s for s in args.seeds if all(s in complete[m] for m in METHODS)]
     if not seeds:
         print("no seed is complete for every method yet")
         return {}
     results = {"seeds": seeds, "budget": args.budget, "level": args.level, "methods": {}}
-    reference = np.array([runs[REFERENCE][s]["per_problem"] for s in seeds])
+    reference = np.array([complete[REFERENCE][s]["per_problem"] for s in seeds])
     for method in METHODS:
-        mine = [runs[method][s] for s in seeds]
+        mine = [complete[method][s] for s in seeds]
         per_problem = np.array([run["per_problem"] for run in mine])
         entry = {
             "overrides": METHODS[method],
@@ -283,18 +262,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.results is None and args.output == DEFAULT_OUTPUT:
         args.results = RESULTS
-    log = args.output / "wall.json"
-    wall = json.loads(log.read_text()) if log.is_file() else {}
+    wall = runs.read_wall(args.output)
     if not args.report_only:
-        for seed in args.seeds:
-            for method in METHODS:
-                if not is_complete(run_dir(args.output, method, seed)):
-                    seconds, cpu = train(args, method, seed)
-                    spent = wall.get(f"{method}|{seed}", {"wall": 0.0, "cpu": 0.0})
-                    spent = {"wall": spent["wall"] + seconds / 60, "cpu": spent["cpu"] + cpu / 60}
-                    wall[f"{method}|{seed}"] = spent
-                    log.parent.mkdir(parents=True, exist_ok=True)
-                    log.write_text(json.dumps(wall, indent=1))
+        wall = runs.run_all(planned_runs(args), args.output, REPO)
     report(args, wall)
 
 

@@ -1,0 +1,309 @@
+"""The methods on a real model: GRPO, AMIR-GRPO, LENS and AMIR-GRPO + LENS on
+configs/smollm2_arith.yaml (SmolLM2-135M-Instruct + LoRA 16/16, two-step arithmetic, 40 steps
+of 4 questions x 8 completions), over seeds, compared on the preset's 100 held-out problems.
+
+Every run is the preset with the method's overrides (`METHODS`) and `train.seed`; each
+evaluates its policy before its first step and after its last on the same problems, so the
+final accuracies are paired with GRPO's over seeds and over problems (testbed/stats.py), and
+each run's gain is paired with its own step 0. Runs go one at a time, seed-major, so a stopped
+bench has whole seeds first; the same command resumes it (testbed/runs.py). Training runs in
+.venv-vllm (vLLM rollouts) where scripts/setup_vllm.sh made it, else in this Python. About 30
+minutes a run on 2 cores with vLLM (docs/guides/train.md, "A real model learns").
+
+    python -m testbed.smollm2                      # seeds 0 and 1 (8 runs, about 4 hours)
+    python -m testbed.smollm2 --seeds 0 1 2        # a third seed (4 more runs)
+    python -m testbed.smollm2 --report-only        # the results of the runs so far
+
+Outputs: OUTPUT/seedS/METHOD/ (the run folders; OUTPUT is runs/smollm2-methods) and, with
+--results (default: testbed/results when the output is the default), smollm2_methods.md,
+smollm2_methods.json and smollm2_methods.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import runs
+from .stats import difference_to_reference
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "configs" / "smollm2_arith.yaml"
+RESULTS = REPO / "testbed" / "results"
+DEFAULT_OUTPUT = REPO / "runs" / "smollm2-methods"
+VLLM_ENV = REPO / ".venv-vllm"
+REFERENCE = "GRPO"
+
+METHODS: dict[str, tuple[str, list[str]]] = {
+    "GRPO": ("grpo", ["algorithm.amir=false", "algorithm.advantage=grpo"]),
+    "AMIR-GRPO": ("amir", ["algorithm.amir=true", "algorithm.advantage=grpo"]),
+    "LENS": ("lens", ["algorithm.amir=false", "algorithm.advantage=lens"]),
+    "AMIR-GRPO + LENS": ("amir_lens", ["algorithm.amir=true", "algorithm.advantage=lens"]),
+}
+"""Each method's folder name and its overrides of the preset (the preset itself is AMIR-GRPO +
+LENS)."""
+
+
+def run_dir(output: Path, method: str, seed: int) -> Path:
+    return output / f"seed{seed}" / METHODS[method][0]
+
+
+def training_python() -> str:
+    """The Python that trains: .venv-vllm's where its set-up finished, else this one."""
+    if (VLLM_ENV / ".setup-stamp").is_file():
+        return str(VLLM_ENV / "bin" / "python")
+    return sys.executable
+
+
+def planned_runs(args: argparse.Namespace) -> list[runs.Run]:
+    """Every run of the bench, seed-major, in METHODS order within a seed."""
+    command = [training_python(), "-m", "groupwise", "train", "--config", str(CONFIG)]
+    return [
+        runs.Run(
+            f"{method}|{seed}",
+            run_dir(args.output, method, seed),
+            [*command, *METHODS[method][1], f"train.seed={seed}", *args.overrides],
+            runs.python_environment(REPO),
+        )
+        for seed in args.seeds
+        for method in METHODS
+    ]
+
+
+MEAN_KEYS = (
+    "group_mixed",
+    "group_all_wrong",
+    "group_all_wrong_active",
+    "pairs_per_group",
+    "training_minutes",
+)
+"""The mechanisms averaged over seeds in the results page."""
+
+
+def mechanisms(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What a run's steps did, from its metrics.jsonl lines: the shares of mixed and all-wrong
+    groups and of groups with an all-wrong gradient (LENS), pairs per group, lambda first and
+    last (AMIR runs; None otherwise), the mean completion length of the first and last 5 steps,
+    and the minutes of its steps."""
+
+    def mean(key: str, part: slice = slice(None)) -> float:
+        return float(np.mean([line[key] for line in lines[part]]))
+
+    lambdas = [line["lambda"] for line in lines if "lambda" in line]
+    return {
+        "group_mixed": mean("group_mixed"),
+        "group_all_wrong": mean("group_all_wrong"),
+        "group_all_wrong_active": mean("group_all_wrong_active"),
+        "pairs_per_group": mean("pairs_per_group"),
+        "lambda_first_last": [lambdas[0], lambdas[-1]] if lambdas else None,
+        "length_first_last": [
+            mean("completion_length_mean", slice(0, 5)),
+            mean("completion_length_mean", slice(-5, None)),
+        ],
+        "training_minutes": sum(line["seconds_step"] for line in lines) / 60,
+    }
+
+
+def report(args: argparse.Namespace) -> dict[str, Any]:
+    """The table, the figure and the JSON of the runs complete so far: each method over its
+    complete seeds, its difference to GRPO over the seeds both have (none without a GRPO run).
+    """
+    complete = {
+        method: {
+            seed: runs.read_run(run_dir(args.output, method, seed))
+            for seed in args.seeds
+            if runs.is_complete(run_dir(args.output, method, seed))
+        }
+        for method in METHODS
+    }
+    if not complete[REFERENCE]:
+        print(f"no {REFERENCE} run is complete yet: nothing to compare with")
+        return {}
+    results: dict[str, Any] = {"seeds": args.seeds, "methods": {}}
+    for method, by_seed in complete.items():
+        if by_seed:
+            results["methods"][method] = method_results(method, by_seed, complete[REFERENCE])
+    write_results(args, results)
+    return results
+
+
+def method_results(
+    method: str, by_seed: dict[int, dict[str, Any]], reference: dict[int, dict[str, Any]]
+) -> dict[str, Any]:
+    """One method's entry of the results, from its complete runs by seed and GRPO's."""
+    mine = list(by_seed.values())
+    after = np.array([run["per_problem"] for run in mine])
+    before = np.array([run["per_problem_before"] for run in mine])
+    entry = {
+        "seeds": list(by_seed),
+        "overrides": METHODS[method][1],
+        "before": [run["before"] for run in mine],
+        "final_accuracy": [run["final_accuracy"] for run in mine],
+        "gain": [
+            difference_to_reference(a[None], b[None]) for a, b in zip(after, before, strict=True)
+        ],
+        "mechanisms": [mechanisms(run["metrics"]) for run in mine],
+        "training_accuracy": [[line["accuracy"] for line in run["metrics"]] for run in mine],
+    }
+    paired = [seed for seed in by_seed if seed in reference]
+    if method != REFERENCE and paired:
+        entry["paired_seeds"] = paired
+        entry["difference"] = difference_to_reference(
+            np.array([by_seed[seed]["per_problem"] for seed in paired]),
+            np.array([reference[seed]["per_problem"] for seed in paired]),
+        )
+    return entry
+
+
+def write_results(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """smollm2_methods.md, .json and .png in --results (or the output folder)."""
+    target = args.results or args.output
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "smollm2_methods.json").write_text(json.dumps(results, indent=1) + "\n")
+    figure(results, target / "smollm2_methods.png")
+    (target / "smollm2_methods.md").write_text(markdown(args, results))
+
+
+def _points(d: dict[str, float], seeds: bool = True) -> str:
+    """A difference in points with its intervals: mean [seeds] [problems] (the seed interval
+    only with two seeds or more); bold where every interval shown excludes zero."""
+    text = f"{100 * d['mean']:+.1f}"
+    if seeds and not np.isnan(d["seed_low"]):
+        text += f" [{100 * d['seed_low']:+.1f}, {100 * d['seed_high']:+.1f}]"
+    text += f" [{100 * d['problem_low']:+.1f}, {100 * d['problem_high']:+.1f}]"
+    return f"**{text}**" if d["distinguishable"] else text
+
+
+def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
+    """The results page: settings, the table of accuracies, the mechanisms, the command."""
+    seeds = results["seeds"]
+    lines = [
+        "# The methods on SmolLM2-135M-Instruct: two-step arithmetic, 40 steps",
+        "",
+        f"- written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by "
+        "`testbed/smollm2.py`; machine: 2 cores, vLLM rollouts (.venv-vllm), runs one at a time",
+        f"- command: `python -m testbed.smollm2 --seeds {' '.join(map(str, seeds))}`; runs "
+        "complete: "
+        + "; ".join(
+            f"{method} seeds {results['methods'][method]['seeds']}"
+            if method in results["methods"]
+            else f"{method} none yet"
+            for method in METHODS
+        ),
+        "- every run: configs/smollm2_arith.yaml (LoRA 16/16, lr 5e-4, 40 steps of 4 questions "
+        "x 8 completions of at most 128 tokens at temperature 0.7, 1/0 correctness) with the "
+        "method's overrides and `train.seed`",
+        "- held-out: 100 `arith` test problems (2 operations, expression form), 4 samples each "
+        "at temperature 0.7, before the first step and after the last; accuracy = fraction of "
+        "samples correct (pass@1)",
+        "",
+        "| method | seeds | before (%) | after (%) | gain, per seed (points) "
+        "| Δ to GRPO (points) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, entry in results["methods"].items():
+        before = ", ".join(f"{100 * b:.1f}" for b in entry["before"])
+        after = ", ".join(f"{100 * a:.1f}" for a in entry["final_accuracy"])
+        gains = "; ".join(_points(g, seeds=False) for g in entry["gain"])
+        difference = "–"
+        if "difference" in entry:
+            difference = f"{_points(entry['difference'])}, seeds {entry['paired_seeds']}"
+        seeds_run = ", ".join(map(str, entry["seeds"]))
+        lines.append(f"| {method} | {seeds_run} | {before} | {after} | {gains} | {difference} |")
+    lines += [
+        "",
+        "Per seed, in seed order. Gain: after - before, paired over problems, with its 95 % "
+        "bootstrap interval over problems. Δ to GRPO, over the seeds both have run: the mean of "
+        "the paired difference of the final accuracies, with its 95 % t-interval over seeds "
+        "(two seeds or more) and its 95 % bootstrap interval over problems (of the per-problem "
+        "differences averaged over seeds); **bold**: every interval shown excludes zero.",
+        "",
+        "| method | mixed groups | all-wrong groups | with an all-wrong gradient | pairs per "
+        "group | lambda first -> last | completion tokens, first 5 -> last 5 steps | training "
+        "min/run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, entry in results["methods"].items():
+        m = entry["mechanisms"]
+        mean = {key: float(np.mean([run[key] for run in m])) for key in MEAN_KEYS}
+        lambdas = [run["lambda_first_last"] for run in m if run["lambda_first_last"]]
+        lam = " -> ".join(f"{v:.4f}" for v in np.mean(lambdas, axis=0)) if lambdas else "–"
+        length = " -> ".join(f"{v:.1f}" for v in np.mean([r["length_first_last"] for r in m], 0))
+        lines.append(
+            f"| {method} | {100 * mean['group_mixed']:.0f} % | "
+            f"{100 * mean['group_all_wrong']:.0f} % | "
+            f"{100 * mean['group_all_wrong_active']:.0f} % | {mean['pairs_per_group']:.2f} | "
+            f"{lam} | {length} | {mean['training_minutes']:.1f} |"
+        )
+    lines += [
+        "",
+        "Means over the steps of every seed's run. With an all-wrong gradient: groups that are "
+        "all wrong and still get a non-zero advantage (LENS), as a share of all groups.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def figure(results: dict[str, Any], path: Path) -> None:
+    """Left: each method's held-out accuracy before and after, one line per seed. Right: its
+    training accuracy per step, a moving mean of 5 steps, mean over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for index, (method, entry) in enumerate(results["methods"].items()):
+        color = f"C{index}"
+        for seed_index, (b, a) in enumerate(
+            zip(entry["before"], entry["final_accuracy"], strict=True)
+        ):
+            label = method if seed_index == 0 else None
+            left.plot([0, 1], [100 * b, 100 * a], "o-", color=color, alpha=0.8, label=label)
+        curve = np.mean(entry["training_accuracy"], axis=0)
+        smooth = np.convolve(curve, np.ones(5) / 5, mode="valid")
+        right.plot(np.arange(5, len(curve) + 1), 100 * smooth, color=color, label=method)
+    left.set_xticks([0, 1], ["before", "after 40 steps"])
+    left.set_ylabel("held-out accuracy (%)")
+    left.set_title("100 held-out problems x 4 samples, one line per seed")
+    right.set_xlabel("step")
+    right.set_ylabel("training accuracy (%), mean of 5 steps")
+    right.set_title("training groups")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--results", type=Path, default=None)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "overrides", nargs="*", help="section.key=value overrides of every run (a smoke run)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.results is None and args.output == DEFAULT_OUTPUT:
+        args.results = RESULTS
+    if not args.report_only:
+        runs.run_all(planned_runs(args), args.output, REPO)
+    report(args)
+
+
+if __name__ == "__main__":
+    main()
