@@ -115,14 +115,9 @@ def read_run(folder: Path) -> dict[str, Any]:
 def report(args: argparse.Namespace, wall: dict[str, float]) -> dict[str, Any]:
     """The table, the figure and the JSON of the complete runs (paired over the seeds every
     method has completed)."""
-    complete = {
-        method: {
-            seed: read_run(run_dir(args.output, method, seed))
-            for seed in args.seeds
-            if runs.is_complete(run_dir(args.output, method, seed))
-        }
-        for method in METHODS
-    }
+    complete = runs.completed(
+        METHODS, args.seeds, lambda method, seed: run_dir(args.output, method, seed), read_run
+    )
     seeds = [s for s in args.seeds if all(s in complete[m] for m in METHODS)]
     if not seeds:
         print("no seed is complete for every method yet")
@@ -150,17 +145,9 @@ def report(args: argparse.Namespace, wall: dict[str, float]) -> dict[str, Any]:
         if method != REFERENCE and len(seeds) >= 2:
             entry["difference"] = difference_to_reference(per_problem, reference)
         results["methods"][method] = entry
-    write_results(args, results)
-    return results
-
-
-def write_results(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    """dynamic_sampling.md, .json and .png in --results (or the output folder)."""
     target = args.results or args.output
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "dynamic_sampling.json").write_text(json.dumps(results, indent=1) + "\n")
-    figure(results, target / "dynamic_sampling.png")
-    (target / "dynamic_sampling.md").write_text(markdown(args, results))
+    runs.write_results(target, "dynamic_sampling", results, markdown(args, results), figure)
+    return results
 
 
 def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ import os
 import resource
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,3 +118,34 @@ def read_run(folder: Path) -> dict[str, Any]:
 def _per_problem(evaluation: Mapping[str, Any]) -> list[float]:
     """Each problem's fraction of correct samples in one held-out evaluation."""
     return list(np.asarray(evaluation["correct"], dtype=float) / evaluation["n"])
+
+
+def completed(
+    methods: Iterable[str],
+    seeds: Iterable[int],
+    folder: Callable[[str, int], Path],
+    read: Callable[[Path], dict[str, Any]] = read_run,
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """{method: {seed: read(its folder)}} of the runs that are complete, seeds in order."""
+    seeds = list(seeds)
+    return {
+        method: {
+            seed: read(folder(method, seed)) for seed in seeds if is_complete(folder(method, seed))
+        }
+        for method in methods
+    }
+
+
+def write_results(
+    target: Path,
+    stem: str,
+    results: dict[str, Any],
+    page: str,
+    figure: Callable[[dict[str, Any], Path], None],
+) -> None:
+    """A bench's results in `target`: STEM.json (results), STEM.png (figure(results, path)) and
+    STEM.md (page)."""
+    target.mkdir(parents=True, exist_ok=True)
+    (target / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
+    figure(results, target / f"{stem}.png")
+    (target / f"{stem}.md").write_text(page)

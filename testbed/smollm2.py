@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -115,14 +114,9 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     """The table, the figure and the JSON of the runs complete so far: each method over its
     complete seeds, its difference to GRPO over the seeds both have (none without a GRPO run).
     """
-    complete = {
-        method: {
-            seed: runs.read_run(run_dir(args.output, method, seed))
-            for seed in args.seeds
-            if runs.is_complete(run_dir(args.output, method, seed))
-        }
-        for method in METHODS
-    }
+    complete = runs.completed(
+        METHODS, args.seeds, lambda method, seed: run_dir(args.output, method, seed)
+    )
     if not complete[REFERENCE]:
         print(f"no {REFERENCE} run is complete yet: nothing to compare with")
         return {}
@@ -130,7 +124,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     for method, by_seed in complete.items():
         if by_seed:
             results["methods"][method] = method_results(method, by_seed, complete[REFERENCE])
-    write_results(args, results)
+    target = args.results or args.output
+    runs.write_results(target, "smollm2_methods", results, markdown(args, results), figure)
     return results
 
 
@@ -162,15 +157,6 @@ def method_results(
     return entry
 
 
-def write_results(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    """smollm2_methods.md, .json and .png in --results (or the output folder)."""
-    target = args.results or args.output
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "smollm2_methods.json").write_text(json.dumps(results, indent=1) + "\n")
-    figure(results, target / "smollm2_methods.png")
-    (target / "smollm2_methods.md").write_text(markdown(args, results))
-
-
 def _points(d: dict[str, float], seeds: bool = True) -> str:
     """A difference in points with its intervals: mean [seeds] [problems] (the seed interval
     only with two seeds or more); bold where every interval shown excludes zero."""
@@ -188,7 +174,8 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
         "# The methods on SmolLM2-135M-Instruct: two-step arithmetic, 40 steps",
         "",
         f"- written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by "
-        "`testbed/smollm2.py`; machine: 2 cores, vLLM rollouts (.venv-vllm), runs one at a time",
+        "`testbed/smollm2.py`; machine: 2 cores, runs one at a time, trained in "
+        f"`{Path(training_python()).parent.parent.name}`",
         f"- command: `python -m testbed.smollm2 --seeds {' '.join(map(str, seeds))}`; runs "
         "complete: "
         + "; ".join(
