@@ -12,6 +12,7 @@ minutes a run on 2 cores with vLLM (docs/guides/train.md, "A real model learns")
 
     python -m testbed.smollm2                      # seeds 0 and 1 (8 runs, about 4 hours)
     python -m testbed.smollm2 --seeds 0 1 2        # a third seed (4 more runs)
+    python -m testbed.smollm2 --seeds 2 --methods GRPO "AMIR-GRPO + LENS"   # some of them
     python -m testbed.smollm2 --report-only        # the results of the runs so far
 
 Outputs: OUTPUT/seedS/METHOD/ (the run folders; OUTPUT is runs/smollm2-methods) and, with
@@ -62,7 +63,7 @@ def training_python() -> str:
 
 
 def planned_runs(args: argparse.Namespace) -> list[runs.Run]:
-    """Every run of the bench, seed-major, in METHODS order within a seed."""
+    """Every run of the bench, seed-major, in the order of --methods within a seed."""
     command = [training_python(), "-m", "groupwise", "train", "--config", str(CONFIG)]
     return [
         runs.Run(
@@ -72,7 +73,7 @@ def planned_runs(args: argparse.Namespace) -> list[runs.Run]:
             runs.python_environment(REPO),
         )
         for seed in args.seeds
-        for method in METHODS
+        for method in args.methods
     ]
 
 
@@ -157,13 +158,14 @@ def method_results(
     return entry
 
 
-def _points(d: dict[str, float], seeds: bool = True) -> str:
-    """A difference in points with its intervals: mean [seeds] [problems] (the seed interval
-    only with two seeds or more); bold where every interval shown excludes zero."""
-    text = f"{100 * d['mean']:+.1f}"
-    if seeds and not np.isnan(d["seed_low"]):
-        text += f" [{100 * d['seed_low']:+.1f}, {100 * d['seed_high']:+.1f}]"
-    text += f" [{100 * d['problem_low']:+.1f}, {100 * d['problem_high']:+.1f}]"
+def _interval(low: float, high: float) -> str:
+    """A 95 % interval in points, or a dash where there is none (one seed)."""
+    return "–" if np.isnan(low) else f"[{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
+def _gain(d: dict[str, float]) -> str:
+    """A gain in points with its interval over problems; bold where it excludes zero."""
+    text = f"{100 * d['mean']:+.1f} {_interval(d['problem_low'], d['problem_high'])}"
     return f"**{text}**" if d["distinguishable"] else text
 
 
@@ -191,26 +193,42 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
         "at temperature 0.7, before the first step and after the last; accuracy = fraction of "
         "samples correct (pass@1)",
         "",
-        "| method | seeds | before (%) | after (%) | gain, per seed (points) "
-        "| Δ to GRPO (points) |",
-        "|---|---|---|---|---|---|",
+        "| method | seeds | before (%) | after (%) | gain per seed (points) "
+        "| Δ to GRPO per seed | Δ to GRPO, mean | 95 % over seeds | 95 % over problems |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    grpo = results["methods"][REFERENCE]
+    grpo_after = dict(zip(grpo["seeds"], grpo["final_accuracy"], strict=True))
     for method, entry in results["methods"].items():
         before = ", ".join(f"{100 * b:.1f}" for b in entry["before"])
         after = ", ".join(f"{100 * a:.1f}" for a in entry["final_accuracy"])
-        gains = "; ".join(_points(g, seeds=False) for g in entry["gain"])
-        difference = "–"
-        if "difference" in entry:
-            difference = f"{_points(entry['difference'])}, seeds {entry['paired_seeds']}"
+        gains = "; ".join(_gain(g) for g in entry["gain"])
         seeds_run = ", ".join(map(str, entry["seeds"]))
-        lines.append(f"| {method} | {seeds_run} | {before} | {after} | {gains} | {difference} |")
+        row = f"| {method} | {seeds_run} | {before} | {after} | {gains} |"
+        if "difference" in entry:
+            d = entry["difference"]
+            per_seed = ", ".join(
+                f"{100 * (a - grpo_after[seed]):+.1f}"
+                for seed, a in zip(entry["seeds"], entry["final_accuracy"], strict=True)
+                if seed in grpo_after
+            )
+            mean = f"{100 * d['mean']:+.1f}"
+            row += (
+                f" {per_seed} | {f'**{mean}**' if d['distinguishable'] else mean} | "
+                f"{_interval(d['seed_low'], d['seed_high'])} | "
+                f"{_interval(d['problem_low'], d['problem_high'])} |"
+            )
+        else:
+            row += " – | – | – | – |"
+        lines.append(row)
     lines += [
         "",
         "Per seed, in seed order. Gain: after - before, paired over problems, with its 95 % "
-        "bootstrap interval over problems. Δ to GRPO, over the seeds both have run: the mean of "
-        "the paired difference of the final accuracies, with its 95 % t-interval over seeds "
-        "(two seeds or more) and its 95 % bootstrap interval over problems (of the per-problem "
-        "differences averaged over seeds); **bold**: every interval shown excludes zero.",
+        "bootstrap interval over problems. Δ to GRPO: the method's final accuracy minus GRPO's "
+        "at the same seed; its mean over the seeds both have run, with the 95 % t-interval over "
+        "those seeds (two or more; with two, t has one degree of freedom and the interval is "
+        "wide) and the 95 % bootstrap interval over problems of the per-problem differences "
+        "averaged over seeds. **Bold**: every interval of that number excludes zero.",
         "",
         "| method | mixed groups | all-wrong groups | with an all-wrong gradient | pairs per "
         "group | lambda first -> last | completion tokens, first 5 -> last 5 steps | training "
@@ -276,6 +294,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--results", type=Path, default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=list(METHODS),
+        default=list(METHODS),
+        help="the methods to train, in this order within a seed (the report shows every "
+        "complete run)",
+    )
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument(
         "overrides", nargs="*", help="section.key=value overrides of every run (a smoke run)"

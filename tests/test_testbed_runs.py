@@ -142,7 +142,10 @@ def test_smollm2_report_pairs_each_method_with_grpo_over_seeds_and_problems(
     assert m["group_all_wrong"] == pytest.approx(0.125)
     page = (tmp_path / "smollm2_methods.md").read_text()
     assert "| AMIR-GRPO | 0, 1 | 12.5, 12.5 | 31.2, 37.5 | " in page
-    assert f"+9.4 [{100 * (3 / 32 - half):+.1f}, {100 * (3 / 32 + half):+.1f}]" in page
+    # Δ to GRPO per seed: 5/16 - 4/16 and 6/16 - 4/16 of accuracy, then the mean and its
+    # intervals over seeds and over problems
+    seeds_interval = f"[{100 * (3 / 32 - half):+.1f}, {100 * (3 / 32 + half):+.1f}]"
+    assert f"| +6.2, +12.5 | +9.4 | {seeds_interval} | [+0.0, " in page
     assert (
         "| AMIR-GRPO | 50 % | 12 % | 0 % | 3.50 | 0.0100 -> 0.0050 | 97.0 -> 96.0 | 3.0 |" in page
     )
@@ -190,6 +193,15 @@ def test_smollm2_runs_are_the_preset_with_each_method_and_seed(tmp_path: Path) -
     ]
     assert both.command[-4:-2] == ["algorithm.amir=true", "algorithm.advantage=lens"]
     assert str(smollm2.CONFIG) in grpo.command
+    some = smollm2._parser().parse_args(
+        ["--seeds", "2", "3", "--methods", "AMIR-GRPO + LENS", "GRPO", "--output", str(tmp_path)]
+    )
+    assert [r.key for r in smollm2.planned_runs(some)] == [
+        "AMIR-GRPO + LENS|2",
+        "GRPO|2",
+        "AMIR-GRPO + LENS|3",
+        "GRPO|3",
+    ]
 
 
 def test_dynamic_sampling_runs_are_seed_major_nice_and_single_threaded(tmp_path: Path) -> None:
