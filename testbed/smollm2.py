@@ -107,6 +107,10 @@ def mechanisms(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
             mean("completion_length_mean", slice(0, 5)),
             mean("completion_length_mean", slice(-5, None)),
         ],
+        "truncated_first_last": [
+            mean("truncated_fraction", slice(0, 5)),
+            mean("truncated_fraction", slice(-5, None)),
+        ],
         "training_minutes": sum(line["seconds_step"] for line in lines) / 60,
     }
 
@@ -231,21 +235,25 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
         "averaged over seeds. **Bold**: every interval of that number excludes zero.",
         "",
         "| method | mixed groups | all-wrong groups | with an all-wrong gradient | pairs per "
-        "group | lambda first -> last | completion tokens, first 5 -> last 5 steps | training "
-        "min/run |",
-        "|---|---|---|---|---|---|---|---|",
+        "group | lambda first -> last | completion tokens, first 5 -> last 5 steps, per seed "
+        "| cut at the token limit, first 5 -> last 5, per seed | training min/run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in results["methods"].items():
         m = entry["mechanisms"]
         mean = {key: float(np.mean([run[key] for run in m])) for key in MEAN_KEYS}
         lambdas = [run["lambda_first_last"] for run in m if run["lambda_first_last"]]
         lam = " -> ".join(f"{v:.4f}" for v in np.mean(lambdas, axis=0)) if lambdas else "–"
-        length = " -> ".join(f"{v:.1f}" for v in np.mean([r["length_first_last"] for r in m], 0))
+        length = "; ".join("{:.0f} -> {:.0f}".format(*run["length_first_last"]) for run in m)
+        cut = "; ".join(
+            "{:.0f} -> {:.0f} %".format(*(100 * v for v in run["truncated_first_last"]))
+            for run in m
+        )
         lines.append(
             f"| {method} | {100 * mean['group_mixed']:.0f} % | "
             f"{100 * mean['group_all_wrong']:.0f} % | "
             f"{100 * mean['group_all_wrong_active']:.0f} % | {mean['pairs_per_group']:.2f} | "
-            f"{lam} | {length} | {mean['training_minutes']:.1f} |"
+            f"{lam} | {length} | {cut} | {mean['training_minutes']:.1f} |"
         )
     lines += [
         "",

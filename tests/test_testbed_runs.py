@@ -81,6 +81,7 @@ def write_run(
             "group_all_wrong_active": 0.0,
             "pairs_per_group": float(step),
             "completion_length_mean": 100.0 - step,
+            "truncated_fraction": 0.5 if step == 1 else 0.0,
             "seconds_step": 30.0,
         }
         if lambdas:
@@ -137,6 +138,7 @@ def test_smollm2_report_pairs_each_method_with_grpo_over_seeds_and_problems(
     assert m["lambda_first_last"] == [0.01, 0.005]
     assert results["methods"]["GRPO"]["mechanisms"][0]["lambda_first_last"] is None
     assert m["length_first_last"] == pytest.approx([97.0, 96.0])
+    assert m["truncated_first_last"] == pytest.approx([0.1, 0.0])
     assert m["training_minutes"] == pytest.approx(3.0)
     assert m["pairs_per_group"] == pytest.approx(3.5)
     assert m["group_all_wrong"] == pytest.approx(0.125)
@@ -147,7 +149,8 @@ def test_smollm2_report_pairs_each_method_with_grpo_over_seeds_and_problems(
     seeds_interval = f"[{100 * (3 / 32 - half):+.1f}, {100 * (3 / 32 + half):+.1f}]"
     assert f"| +6.2, +12.5 | +9.4 | {seeds_interval} | [+0.0, " in page
     assert (
-        "| AMIR-GRPO | 50 % | 12 % | 0 % | 3.50 | 0.0100 -> 0.0050 | 97.0 -> 96.0 | 3.0 |" in page
+        "| AMIR-GRPO | 50 % | 12 % | 0 % | 3.50 | 0.0100 -> 0.0050 | 97 -> 96; 97 -> 96 "
+        "| 10 -> 0 %; 10 -> 0 % | 3.0 |" in page
     )
     assert (tmp_path / "smollm2_methods.png").stat().st_size > 0
     assert json.loads((tmp_path / "smollm2_methods.json").read_text())["seeds"] == [0, 1]
