@@ -8,7 +8,8 @@ final accuracies are paired with GRPO's over seeds and over problems (testbed/st
 each run's gain is paired with its own step 0. Runs go one at a time, seed-major, so a stopped
 bench has whole seeds first; the same command resumes it (testbed/runs.py). Training runs in
 .venv-vllm (vLLM rollouts) where scripts/setup_vllm.sh made it, else in this Python. About 30
-minutes a run on 2 cores with vLLM (docs/guides/train.md, "A real model learns").
+minutes a run on 2 cores with vLLM (docs/guides/train.md, "A real model: SmolLM2 on
+arithmetic").
 
     python -m testbed.smollm2                      # seeds 0 and 1 (8 runs, about 4 hours)
     python -m testbed.smollm2 --seeds 0 1 2        # a third seed (4 more runs)
