@@ -7,12 +7,12 @@ evaluates its policy before its first step and after its last on the same proble
 final accuracies are paired with GRPO's over seeds and over problems (testbed/stats.py), and
 each run's gain is paired with its own step 0. Runs go one at a time, seed-major, so a stopped
 bench has whole seeds first; the same command resumes it (testbed/runs.py). Training runs in
-.venv-vllm (vLLM rollouts) where scripts/setup_vllm.sh made it, else in this Python. About 30
-minutes a run on 2 cores with vLLM (docs/guides/train.md, "A real model: SmolLM2 on
-arithmetic").
+.venv-vllm (vLLM rollouts) where scripts/setup_vllm.sh made it, else in this Python. 19 to 33
+minutes a run on 2 cores with vLLM, held-out evaluations included (docs/guides/train.md, "A
+real model: SmolLM2 on arithmetic").
 
-    python -m testbed.smollm2                      # seeds 0 and 1 (8 runs, about 4 hours)
-    python -m testbed.smollm2 --seeds 0 1 2        # a third seed (4 more runs)
+    python -m testbed.smollm2                      # seeds 0, 1 and 2 (12 runs, 4 to 6 hours)
+    python -m testbed.smollm2 --seeds 3            # a fourth seed (4 more runs)
     python -m testbed.smollm2 --seeds 2 --methods GRPO "AMIR-GRPO + LENS"   # some of them
     python -m testbed.smollm2 --report-only        # the results of the runs so far
 
@@ -163,14 +163,20 @@ def method_results(
     return entry
 
 
+def _points(fraction: float) -> str:
+    """A signed difference of accuracies in points, one decimal."""
+    # A bound that is zero up to float error (-1e-18) would otherwise print as "-0.0".
+    return f"{round(100 * fraction, 1) + 0.0:+.1f}"
+
+
 def _interval(low: float, high: float) -> str:
     """A 95 % interval in points, or a dash where there is none (one seed)."""
-    return "–" if np.isnan(low) else f"[{100 * low:+.1f}, {100 * high:+.1f}]"
+    return "–" if np.isnan(low) else f"[{_points(low)}, {_points(high)}]"
 
 
 def _gain(d: dict[str, float]) -> str:
     """A gain in points with its interval over problems; bold where it excludes zero."""
-    text = f"{100 * d['mean']:+.1f} {_interval(d['problem_low'], d['problem_high'])}"
+    text = f"{_points(d['mean'])} {_interval(d['problem_low'], d['problem_high'])}"
     return f"**{text}**" if d["distinguishable"] else text
 
 
@@ -213,11 +219,11 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
         if "difference" in entry:
             d = entry["difference"]
             per_seed = ", ".join(
-                f"{100 * (a - grpo_after[seed]):+.1f}"
+                _points(a - grpo_after[seed])
                 for seed, a in zip(entry["seeds"], entry["final_accuracy"], strict=True)
                 if seed in grpo_after
             )
-            mean = f"{100 * d['mean']:+.1f}"
+            mean = _points(d["mean"])
             row += (
                 f" {per_seed} | {f'**{mean}**' if d['distinguishable'] else mean} | "
                 f"{_interval(d['seed_low'], d['seed_high'])} | "
@@ -302,7 +308,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--results", type=Path, default=None)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument(
         "--methods",
         nargs="+",

@@ -117,7 +117,9 @@ def test_smollm2_report_pairs_each_method_with_grpo_over_seeds_and_problems(
         for seed, final in enumerate(per_seed):
             lambdas = [0.01, 0.008, 0.006, 0.005, 0.005, 0.005] if "AMIR" in method else None
             write_run(smollm2.run_dir(tmp_path, method, seed), before, final, accuracy, lambdas)
-    args = smollm2._parser().parse_args(["--output", str(tmp_path), "--report-only"])
+    args = smollm2._parser().parse_args(
+        ["--output", str(tmp_path), "--report-only", "--seeds", "0", "1"]
+    )
     results = smollm2.report(args)
     assert results["seeds"] == [0, 1]
     amir = results["methods"]["AMIR-GRPO"]
@@ -180,6 +182,15 @@ def test_smollm2_report_pairs_each_method_over_the_seeds_it_shares_with_grpo(
     assert results["LENS"]["difference"]["mean"] == pytest.approx(0.0)
     page = (tmp_path / "smollm2_methods.md").read_text()
     assert "AMIR-GRPO + LENS none yet" in page and "AMIR-GRPO seeds [1]" in page
+
+
+def test_smollm2_points_are_signed_and_a_float_zero_is_plus_zero() -> None:
+    assert smollm2._points(0.05) == "+5.0"
+    assert smollm2._points(-0.002) == "-0.2"
+    # a bootstrap bound of three seeds' quarter-steps that is zero up to float error
+    assert smollm2._points(-1.4e-18) == "+0.0"
+    assert smollm2._interval(-1.4e-18, 0.048) == "[+0.0, +4.8]"
+    assert smollm2._interval(math.nan, math.nan) == "–"
 
 
 def test_smollm2_runs_are_the_preset_with_each_method_and_seed(tmp_path: Path) -> None:
