@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from groupwise.report.summary import signed_points
+
 from . import runs
 from .stats import difference_to_reference
 
@@ -181,8 +183,9 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
         if "difference" in entry:
             d = entry["difference"]
             difference = (
-                f"{100 * d['mean']:+.1f} [{100 * d['seed_low']:+.1f}, {100 * d['seed_high']:+.1f}]"
-                f" [{100 * d['problem_low']:+.1f}, {100 * d['problem_high']:+.1f}]"
+                f"{signed_points(d['mean'])} "
+                f"[{signed_points(d['seed_low'])}, {signed_points(d['seed_high'])}] "
+                f"[{signed_points(d['problem_low'])}, {signed_points(d['problem_high'])}]"
             )
             if d["distinguishable"]:
                 difference = f"**{difference}**"

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from groupwise.report.summary import signed_points
+
 from . import runs
 from .stats import difference_to_reference
 
@@ -163,20 +165,14 @@ def method_results(
     return entry
 
 
-def _points(fraction: float) -> str:
-    """A signed difference of accuracies in points, one decimal."""
-    # A bound that is zero up to float error (-1e-18) would otherwise print as "-0.0".
-    return f"{round(100 * fraction, 1) + 0.0:+.1f}"
-
-
 def _interval(low: float, high: float) -> str:
     """A 95 % interval in points, or a dash where there is none (one seed)."""
-    return "–" if np.isnan(low) else f"[{_points(low)}, {_points(high)}]"
+    return "–" if np.isnan(low) else f"[{signed_points(low)}, {signed_points(high)}]"
 
 
 def _gain(d: dict[str, float]) -> str:
     """A gain in points with its interval over problems; bold where it excludes zero."""
-    text = f"{_points(d['mean'])} {_interval(d['problem_low'], d['problem_high'])}"
+    text = f"{signed_points(d['mean'])} {_interval(d['problem_low'], d['problem_high'])}"
     return f"**{text}**" if d["distinguishable"] else text
 
 
@@ -219,11 +215,11 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
         if "difference" in entry:
             d = entry["difference"]
             per_seed = ", ".join(
-                _points(a - grpo_after[seed])
+                signed_points(a - grpo_after[seed])
                 for seed, a in zip(entry["seeds"], entry["final_accuracy"], strict=True)
                 if seed in grpo_after
             )
-            mean = _points(d["mean"])
+            mean = signed_points(d["mean"])
             row += (
                 f" {per_seed} | {f'**{mean}**' if d['distinguishable'] else mean} | "
                 f"{_interval(d['seed_low'], d['seed_high'])} | "

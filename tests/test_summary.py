@@ -21,6 +21,7 @@ from groupwise.report import (
     summary_text,
     versus,
 )
+from groupwise.report.summary import signed_points
 
 
 def write_run(
@@ -248,3 +249,10 @@ def test_a_run_draws_only_the_panels_of_its_method(lens: Path, amir: Path, monke
     assert not any("AMIR" in t for t in lens_panels)
     assert "AMIR-GRPO lambda_reg" in amir_panels and "AMIR-GRPO pairs per group" in amir_panels
     assert not any("held-out" in t or "all-wrong groups" in t for t in amir_panels)
+
+
+def test_signed_points_are_one_decimal_and_a_float_zero_is_plus_zero() -> None:
+    assert signed_points(0.05) == "+5.0"
+    assert signed_points(-0.002) == "-0.2"
+    # a bootstrap bound of three seeds' quarter-steps that is zero up to float error
+    assert signed_points(-1.4e-18) == "+0.0"

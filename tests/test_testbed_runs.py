@@ -184,11 +184,8 @@ def test_smollm2_report_pairs_each_method_over_the_seeds_it_shares_with_grpo(
     assert "AMIR-GRPO + LENS none yet" in page and "AMIR-GRPO seeds [1]" in page
 
 
-def test_smollm2_points_are_signed_and_a_float_zero_is_plus_zero() -> None:
-    assert smollm2._points(0.05) == "+5.0"
-    assert smollm2._points(-0.002) == "-0.2"
+def test_smollm2_intervals_are_signed_points_and_a_float_zero_is_plus_zero() -> None:
     # a bootstrap bound of three seeds' quarter-steps that is zero up to float error
-    assert smollm2._points(-1.4e-18) == "+0.0"
     assert smollm2._interval(-1.4e-18, 0.048) == "[+0.0, +4.8]"
     assert smollm2._interval(math.nan, math.nan) == "–"
 

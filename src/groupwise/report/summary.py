@@ -192,8 +192,10 @@ def versus(reference: RunSummary, other: RunSummary) -> Difference | None:
     )
 
 
-def _points(value: float) -> str:
-    return f"{100 * value:+.1f}"
+def signed_points(fraction: float) -> str:
+    """A difference of accuracies (fractions) as signed points with one decimal: '+4.5'."""
+    # A bootstrap bound that is zero up to float error (-1e-18) would otherwise print "-0.0".
+    return f"{round(100 * fraction, 1) + 0.0:+.1f}"
 
 
 def heldout_line(summary: RunSummary) -> str:
@@ -202,8 +204,8 @@ def heldout_line(summary: RunSummary) -> str:
     if d is None:
         return "no held-out evaluation before and after training (train.eval_every)"
     return (
-        f"{100 * d.before:.1f} % -> {100 * d.after:.1f} %, {_points(d.delta)} points "
-        f"[95 % CI {_points(d.low)}, {_points(d.high)}]"
+        f"{100 * d.before:.1f} % -> {100 * d.after:.1f} %, {signed_points(d.delta)} points "
+        f"[95 % CI {signed_points(d.low)}, {signed_points(d.high)}]"
     )
 
 
@@ -289,7 +291,7 @@ def _interval_cell(d: Difference | None, before_after: bool = False) -> str:
     cells; '–' for each where there is no difference."""
     if d is None:
         return " | ".join(["–"] * (3 if before_after else 1))
-    delta = f"{_points(d.delta)} [{_points(d.low)}, {_points(d.high)}]"
+    delta = f"{signed_points(d.delta)} [{signed_points(d.low)}, {signed_points(d.high)}]"
     if before_after:
         return f"{100 * d.before:.1f} % | {100 * d.after:.1f} % | {delta}"
     return delta
