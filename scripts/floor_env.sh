@@ -7,7 +7,8 @@
 #
 # Usage (from anywhere): bash scripts/floor_env.sh [pytest arguments]
 #   default pytest arguments: -m "not vllm" (the whole suite but tests/test_vllm_*.py) and
-#   --ignore-glob "tests/test_verl_*.py" (they import verl to collect: .venv-verl runs them), and
+#   --ignore-glob "tests/test_verl_*.py" (they import verl to collect: .venv-verl runs them),
+#   --ignore tests/test_locks.py (the locked environments are not this one), and
 #   without the trl extra also --ignore-glob "tests/test_trl_*.py" (they import TRL to collect)
 # Knobs (environment): PYTHON (the interpreter, default python3.11), EXTRAS (groupwise's extras,
 #   default "dev trl"; on Python 3.10 "dev", since TRL 1.16 requires Python >= 3.11),
@@ -22,9 +23,10 @@ VENV="${VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/groupwise/floor-venv-py$pyver}"
 RESULT="${RESULT-bench/results/floor_env.md}"
 EXTRAS="${EXTRAS:-dev trl}"
 case " $EXTRAS " in
-    *" trl "*) [ $# -gt 0 ] || set -- -m "not vllm" --ignore-glob "tests/test_verl_*.py" ;;
+    *" trl "*) [ $# -gt 0 ] || set -- -m "not vllm" --ignore-glob "tests/test_verl_*.py" \
+        --ignore tests/test_locks.py ;;
     *) [ $# -gt 0 ] || set -- -m "not vllm" --ignore-glob "tests/test_trl_*.py" \
-        --ignore-glob "tests/test_verl_*.py" ;;
+        --ignore-glob "tests/test_verl_*.py" --ignore tests/test_locks.py ;;
 esac
 
 start=$SECONDS

