@@ -82,10 +82,10 @@ def trl_trainer(gw, problems: list, bf16: bool, steps: int, out: Path, callback)
     from trl import GRPOConfig, GRPOTrainer
 
     from groupwise.data.prompts import build_messages
-    from groupwise.models import cache_dir
+    from groupwise.shipped_models import smollm2_model_dir
 
     cfg = gw.config
-    folder = cache_dir() / "smollm2-135m-instruct-q4_1"
+    folder = smollm2_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     # Conversational prompts: TRL applies the chat template with the generation prompt, which

@@ -91,10 +91,8 @@ EOF
     "$PYTHON" - "$ASSETS/smollm2-arch" <<'EOF'
 import sys
 from transformers import AutoConfig, AutoTokenizer
-from groupwise.models import load_model
-load_model("smollm2-135m-instruct")  # converts the GGUF into the cache on first use
-from groupwise.models import cache_dir
-folder = cache_dir() / "smollm2-135m-instruct-q4_1"
+from groupwise.shipped_models import smollm2_model_dir
+folder = smollm2_model_dir()  # converts the GGUF into the cache on first use
 AutoConfig.from_pretrained(folder).save_pretrained(sys.argv[1])
 AutoTokenizer.from_pretrained(folder).save_pretrained(sys.argv[1])
 print("wrote", sys.argv[1])
@@ -425,9 +423,9 @@ if [ -z "${MODEL:-}" ]; then
     MODEL=smollm2-135m-instruct
     if ! "$PYTHON" -c "
 from groupwise.models import cache_dir
-from groupwise.shipped_models import smollm2_gguf
+from groupwise.shipped_models import _SMOLLM2_MODEL_DIR, smollm2_gguf
 import sys
-ok = (cache_dir() / 'smollm2-135m-instruct-q4_1').is_dir()
+ok = (cache_dir() / _SMOLLM2_MODEL_DIR).is_dir()
 try:
     smollm2_gguf(); ok = True
 except FileNotFoundError:

@@ -4,6 +4,9 @@ cache, LoRA attach / reference policy / merge."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -77,6 +80,35 @@ def test_tokenizer_pads_left_and_has_pad_token(tiny) -> None:
     assert tokenizer.pad_token_id is not None
     batch = tokenizer(["a", "a b c d"], padding=True)
     assert batch["attention_mask"][0][0] == 0 and batch["attention_mask"][0][-1] == 1
+
+
+# A folder whose tokenizer asks for the clean-up of spaces (as SmolLM2's conversion by
+# transformers < 5.25 did), loaded and decoded in a fresh process so that transformers'
+# warn-once state starts empty.
+DECODE = """
+import sys
+from groupwise.evaluation.engines import load_tokenizer
+from groupwise.models import load_model
+folder = sys.argv[1]
+for tokenizer in (load_model(folder)[1], load_tokenizer(folder)):
+    ids = tokenizer("3 , so 4 .", add_special_tokens=False)["input_ids"]
+    print(repr(tokenizer.decode(ids)), tokenizer.clean_up_tokenization_spaces)
+"""
+
+
+def test_decoding_keeps_spaces_whatever_the_tokenizer_config_asks(tiny, tmp_path: Path) -> None:
+    model, tokenizer = tiny
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config["clean_up_tokenization_spaces"] = True
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    done = subprocess.run(
+        [sys.executable, "-c", DECODE, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    # transformers < 5.25 would strip the spaces before ',' and '.'; >= 5.25 warns instead
+    assert done.stdout.splitlines() == ["'3 , so 4 .' False"] * 2
+    assert "clean_up_tokenization_spaces" not in done.stderr, done.stderr
 
 
 def test_pad_token_falls_back_to_eos(monkeypatch) -> None:

