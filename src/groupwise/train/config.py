@@ -382,8 +382,15 @@ class AlgorithmConfig(AlgorithmOptions):
 
 @dataclass
 class OptimConfig:
-    """AdamW, its schedule and gradient clipping."""
+    """The optimizer (AdamW, or plain SGD for checks), its schedule and gradient clipping."""
 
+    optimizer: Literal["adamw", "sgd"] = option(
+        "adamw",
+        """adamw (both papers), or sgd: plain gradient descent without momentum, so that an
+        update is the learning rate times the clipped gradient (a change computed by hand, as
+        the multi-process test does); beta1 and beta2 do not apply to it, weight_decay is added
+        to the gradient as torch.optim.SGD does.""",
+    )
     lr: float = option(
         5e-6,
         """Peak learning rate, > 0 (AMIR-GRPO paper 5e-6; LENS 1e-6).""",

@@ -62,7 +62,7 @@ from groupwise.train.run_folder import RunFolder
 from groupwise.train.sampler import ProblemSampler
 from groupwise.train.step_metrics import step_metrics, step_samples
 from groupwise.train.step_targets import choose_step_targets
-from groupwise.train.update import adamw_updater
+from groupwise.train.update import optimizer_updater
 
 
 class Trainer:
@@ -124,12 +124,12 @@ class Trainer:
 
     def _learner(self) -> Learner:
         """The algorithm the options build, where its targets come from, the policy's passes
-        and AdamW (one optimizer update per mini-batch and epoch)."""
+        and the optimizer (one update per mini-batch and epoch)."""
         cfg, algo = self.config, self.config.algorithm
         algorithm = build_algorithm(cfg)
         self.lambda_reg = algorithm.lambda_reg
         updates = cfg.train.max_steps * algo.minibatches * algo.num_iterations
-        self.updater = adamw_updater(
+        self.updater = optimizer_updater(
             self.params,
             cfg.optim,
             updates,

@@ -83,7 +83,7 @@ class Updater:
         return {**totals, "grad_norm": grad_norm, "learning_rate": learning_rate, **diagnostics}
 
 
-def adamw_updater(
+def optimizer_updater(
     params: list[torch.Tensor],
     optim: OptimConfig,
     updates: int,
@@ -91,11 +91,17 @@ def adamw_updater(
     step: Callable[[], int],
     hint: Callable[[], str],
 ) -> Updater:
-    """AdamW over `params` with the `optim:` section's settings and learning-rate schedule over
-    `updates` optimizer updates (the run's steps x mini-batches x epochs)."""
-    optimizer = torch.optim.AdamW(
-        params, lr=optim.lr, betas=(optim.beta1, optim.beta2), weight_decay=optim.weight_decay
-    )
+    """The `optim:` section's optimizer (AdamW, or plain SGD) over `params`, with its settings
+    and learning-rate schedule over `updates` optimizer updates (the run's steps x mini-batches
+    x epochs)."""
+    if optim.optimizer == "sgd":
+        optimizer: torch.optim.Optimizer = torch.optim.SGD(
+            params, lr=optim.lr, weight_decay=optim.weight_decay
+        )
+    else:
+        optimizer = torch.optim.AdamW(
+            params, lr=optim.lr, betas=(optim.beta1, optim.beta2), weight_decay=optim.weight_decay
+        )
     scheduler = _schedule(optimizer, optim.schedule, optim.warmup_ratio, updates)
     return Updater(params, optimizer, scheduler, dist, optim.max_grad_norm, step=step, hint=hint)
 
