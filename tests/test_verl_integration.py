@@ -21,7 +21,7 @@ from verl.workers.config import FSDPActorConfig
 from verl.workers.utils.losses import ppo_loss
 
 from groupwise.algorithms import ADVANTAGE_ESTIMATORS
-from groupwise.integrations.verl.advantages import targets_for_rows, verl_estimator
+from groupwise.integrations.verl.advantages import algorithm_for, targets_for_rows, verl_estimator
 from groupwise.integrations.verl.batch import batch_fields, observe_losses
 from groupwise.integrations.verl.loss import COEFFICIENTS, amir_ppo_loss, amir_row_weights
 from groupwise.integrations.verl.options import build_algorithm
@@ -129,11 +129,13 @@ def test_estimators_equal_groupwise_own_targets_on_group_major_rows() -> None:
             rewards[perm], mask[perm], uid[perm.numpy()], config, old_log_probs=logps[perm]
         )[0][:, 0]
         # the same rows group-major, as groupwise's own trainer gives them
-        targets, order, _ = targets_for_rows(name, rewards, mask, uid, config, logps)
+        built = build_algorithm(config, name, G)
+        targets, order = targets_for_rows(built, rewards, mask, uid, logps)
         assert torch.equal(order, torch.arange(len(SCORES)))
         torch.testing.assert_close(shuffled, targets.advantages[perm], atol=1e-6, rtol=0)
     # LENS gives the all-wrong group q2 (rows 8-11) advantages, alpha times de-meaned, non-zero
-    lens = targets_for_rows("lens", rewards, mask, uid, AlgoConfig(), logps)[0].advantages
+    built = build_algorithm(AlgoConfig(), "lens", G)
+    lens = targets_for_rows(built, rewards, mask, uid, logps)[0].advantages
     assert bool((lens[8:12] != 0).all()) and lens[8:12].sum().abs() < 1e-5
     assert bool((lens[12:16] == 0).all())  # all correct: no signal
 
@@ -169,7 +171,7 @@ def test_a_bad_option_is_one_line_naming_the_key(options: dict, message: str) ->
 def test_lens_with_a_score_that_is_not_correctness_refuses_in_one_line() -> None:
     rewards, mask, uid, logps, _ = batch([0.5, 0.0, 1.0, 0.0])
     with pytest.raises(ValueError, match=r"^advantage estimator 'lens' needs a binary correct"):
-        targets_for_rows("lens", rewards, mask, uid, AlgoConfig(), logps)
+        targets_for_rows(build_algorithm(AlgoConfig(), "lens", G), rewards, mask, uid, logps)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,7 +233,9 @@ def test_amir_loss_gradient_is_the_same_for_any_split_and_equals_the_objective()
     config_dict = {"groupwise": {"amir": True, "margin": 0.5, "lambda_init": lam}}
     # verl's row order: shuffled; coefficients at the rollout policy (old = current: on-policy)
     rewards, mask, uid, logps = rewards[perm], mask[perm], uid[perm.numpy()], logps[perm]
-    targets, order, algorithm = targets_for_rows("grpo", rewards, mask, uid, config_dict, logps)
+    built = build_algorithm(config_dict, "grpo", G)
+    targets, order = targets_for_rows(built, rewards, mask, uid, logps)
+    algorithm = built.algorithm
     assert targets.num_pairs == 3 + 3  # q0: 1 correct x 3 wrong; q1: 3 correct x 1 wrong
     coefficients = torch.empty(8)
     coefficients[order] = targets.coefficients
@@ -275,8 +279,9 @@ def test_batch_fields_give_the_loss_its_weights_and_verl_the_metrics() -> None:
     rewards, mask, uid, logps, perm = batch(SCORES, seed=4)
     config = {"groupwise": {"amir": True, "margin": 0.5, "lambda_init": 0.01}}
     rewards, mask, uid, logps = rewards[perm], mask[perm], uid[perm.numpy()], logps[perm]
-    fields = batch_fields("lens", rewards, mask, uid, config, logps)
-    targets, order, _ = targets_for_rows("lens", rewards, mask, uid, config, logps)
+    built = build_algorithm(config, "lens", G)
+    fields = batch_fields(built, rewards, mask, uid, logps)
+    targets, order = targets_for_rows(built, rewards, mask, uid, logps)
     expected = torch.empty(16)
     expected[order] = amir_row_weights(targets.coefficients, 0.01)
     torch.testing.assert_close(fields.weights, expected)
@@ -293,4 +298,21 @@ def test_batch_fields_give_the_loss_its_weights_and_verl_the_metrics() -> None:
     assert fields.metrics["groupwise/amir/lambda"] == 0.01
     assert fields.pref_loss == pytest.approx(float(targets.pair_losses.mean()))
     # the official rule: ratio 0.01 * 0.69 / 1.0 < 0.30, so lambda grows by 1.25
-    assert observe_losses(config, "lens", uid, 1.0, 0.69) == pytest.approx(0.0125)
+    assert observe_losses(built, 1.0, 0.69) == pytest.approx(0.0125)
+    assert built.algorithm.lambda_reg.value == pytest.approx(0.0125)
+
+
+def test_groups_of_another_size_are_an_error_naming_both_sizes() -> None:
+    """A batch whose groups are not of G = rollout.n would need another Algorithm, and with it
+    a fresh lambda: refused, whether the run's algorithm is the trainer's own or verl's
+    estimator's (built once per config)."""
+    rewards, mask, uid, logps, _ = batch(SCORES)
+    config = {"groupwise": {"amir": True, "margin": 0.5}}
+    built = build_algorithm(config, "lens", 8)
+    message = r"uids give groups of 4 responses, but groupwise's algorithm was built for 8 \(act"
+    with pytest.raises(ValueError, match=message):
+        batch_fields(built, rewards, mask, uid, logps)
+    first = algorithm_for(config, "lens", G)
+    assert algorithm_for(dict(config), "lens", G) is first  # the same lambda, call after call
+    with pytest.raises(ValueError, match=f"uids give groups of 2 responses, but .* built for {G}"):
+        algorithm_for(config, "lens", 2)

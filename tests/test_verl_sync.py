@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import os
 from pathlib import Path
 
@@ -25,15 +26,25 @@ from groupwise.integrations.verl.data import verl_rows, write_parquet
 from groupwise.integrations.verl.trainer import STATE_FILE, GroupwiseTrainer
 from groupwise.shipped_models import smollm2_tokenizer_dir
 
-# Where verl 0.9.1's v1 trainers compare trainer_mode with a name, by method (file, method): what
-# SYNC_MODE was checked against. A verl that adds one fails test_verl_branch_sites_are_known.
+# Every place in verl 0.9.1's package that reads the trainer mode (the attribute, the config key,
+# or a string naming it), by (file, Class.method): what SYNC_MODE was checked against. A verl that
+# adds one fails test_verl_mode_reads_are_known.
 KNOWN_SITES = {
-    ("trainer_base.py", "PPOTrainer._build_replay_buffer"),
-    ("trainer_base.py", "PPOTrainer._init_dataloader"),
-    ("trainer_base.py", "PPOTrainer._load_checkpoint"),
-    ("trainer_base.py", "PPOTrainer._reissue_inflight_prompts"),
-    ("trainer_base.py", "PPOTrainer._save_checkpoint"),
-    ("trainer_base.py", "PPOTrainer._submit_batch_to_rollout"),
+    # get_trainer_cls(config.trainer.v1.trainer_mode): "groupwise", before the trainer is built
+    ("trainer/main_ppo.py", "TaskRunnerV1.run"),
+    # the mode handed to the replay buffer and kept (sync: ReplayBuffer, compared below)
+    ("trainer/ppo/v1/replay_buffer.py", "ReplayBuffer.__init__"),
+    # the config key, read after GroupwiseTrainer set it to "sync", and trainer.v1.sync settings
+    ("trainer/ppo/v1/trainer_base.py", "PPOTrainer.__init__"),
+    # the six branches on self.trainer_mode == "sync", each compared with PPOTrainerSync below
+    ("trainer/ppo/v1/trainer_base.py", "PPOTrainer._build_replay_buffer"),
+    ("trainer/ppo/v1/trainer_base.py", "PPOTrainer._init_dataloader"),
+    ("trainer/ppo/v1/trainer_base.py", "PPOTrainer._load_checkpoint"),
+    ("trainer/ppo/v1/trainer_base.py", "PPOTrainer._reissue_inflight_prompts"),
+    ("trainer/ppo/v1/trainer_base.py", "PPOTrainer._save_checkpoint"),
+    ("trainer/ppo/v1/trainer_base.py", "PPOTrainer._submit_batch_to_rollout"),
+    # trainer.v1.<config key>.parameter_sync_step: trainer.v1.sync's, as verl's sync trainer's
+    ("utils/skip/rollout_skip.py", "RolloutTqSkip.__init__"),
 }
 TRAIN_BATCH = 4
 
@@ -108,7 +119,8 @@ def trainer(mode: str, tmp_path: Path, data: Path, *overrides: str):
 def test_groupwise_is_found_by_its_name_and_is_verl_sync_trainer(tmp_path, data_files) -> None:
     groupwise = trainer("groupwise", tmp_path, data_files)
     assert type(groupwise) is GroupwiseTrainer and isinstance(groupwise, PPOTrainerSync)
-    assert groupwise.config.trainer.v1.trainer_mode == "groupwise"
+    # every reader of the mode sees verl's sync mode: the attribute and the config key
+    assert groupwise.config.trainer.v1.trainer_mode == "sync"
     assert groupwise.trainer_mode == "sync"
 
 
@@ -209,17 +221,58 @@ def test_resuming_restores_what_sync_restores(tmp_path, data_files, monkeypatch)
     assert groupwise == sync == (2, [], 0)
 
 
-def trainer_mode_sites(source: str, file: str) -> set[tuple[str, str]]:
-    """(file, Class.method) of every comparison with `trainer_mode` in `source`."""
+@pytest.mark.parametrize("resume_mode", ["auto", "resume_path"])
+def test_lambda_comes_from_the_checkpoint_verl_resumes(
+    resume_mode: str, tmp_path, data_files, monkeypatch
+) -> None:
+    """verl's auto mode resumes the latest step of trainer.default_local_dir and ignores
+    trainer.resume_from_path; resume_path resumes that one. lambda follows the weights."""
+    latest, other = tmp_path / "run" / "global_step_3", tmp_path / "other" / "global_step_2"
+    for folder, value in ((latest, 0.05), (other, 0.02)):
+        folder.mkdir(parents=True)
+        (folder / STATE_FILE).write_text(json.dumps({"lambda_reg": {"value": value}}))
+    (latest.parent / "latest_checkpointed_iteration.txt").write_text("3")
+    monkeypatch.setattr(verl_trainer_base, "tq", RecordingQueue())
+    amir = ["+algorithm.groupwise.amir=true", "+algorithm.groupwise.margin=0.5"]
+    built = trainer(
+        "groupwise",
+        tmp_path,
+        data_files,
+        *amir,
+        f"trainer.default_local_dir={latest.parent}",
+        f"trainer.resume_mode={resume_mode}",
+        f"trainer.resume_from_path={other}",
+    )
+    built.actor_rollout_wg = Recorder()
+    built.train_dataloader = type("Loader", (), {"load_state_dict": lambda self, state: None})()
+    built._load_checkpoint()
+    expected = {"auto": (3, 0.05), "resume_path": (2, 0.02)}[resume_mode]
+    assert (built.global_steps, built.algorithm.lambda_reg.value) == expected
+
+
+def mode_reads(source: str, file: str) -> set[tuple[str, str]]:
+    """(file, Class.method) of every read of the trainer mode in `source`: the attribute
+    `trainer_mode` (self's or a config's, in a comparison, a lookup, a match or a call), a
+    variable of that name, or a string naming it (a config path such as
+    "trainer.v1.trainer_mode"; prose in docstrings aside)."""
     sites = set()
+
+    def reads(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute | ast.Name):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id
+            return name == "trainer_mode" and isinstance(node.ctx, ast.Load)
+        return (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "trainer_mode" in node.value
+            and " " not in node.value
+        )
 
     def visit(node: ast.AST, scope: list[str]) -> None:
         if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             scope = [*scope, node.name]
-        if isinstance(node, ast.Compare):
-            names = [node.left, *node.comparators]
-            if any(ast.unparse(name).endswith("trainer_mode") for name in names):
-                sites.add((file, ".".join(scope)))
+        if reads(node):
+            sites.add((file, ".".join(scope) or "<module>"))
         for child in ast.iter_child_nodes(node):
             visit(child, scope)
 
@@ -227,25 +280,39 @@ def trainer_mode_sites(source: str, file: str) -> set[tuple[str, str]]:
     return sites
 
 
-def test_verl_branch_sites_are_known() -> None:
-    """Every place verl's v1 trainers compare trainer_mode: a new one (a verl upgrade) is named
-    here, to be checked against SYNC_MODE and added to KNOWN_SITES."""
-    folder = Path(inspect.getfile(verl_trainer_base)).parent
+def test_verl_mode_reads_are_known() -> None:
+    """Every place in verl's package that reads the trainer mode: a new one (a verl upgrade) is
+    named here, to be checked against SYNC_MODE and added to KNOWN_SITES."""
+    package = Path(inspect.getfile(verl_trainer_base)).parents[3]
     sites = set()
-    for path in sorted(folder.glob("*.py")):
-        sites |= trainer_mode_sites(path.read_text(), path.name)
+    for path in sorted(package.rglob("*.py")):
+        sites |= mode_reads(path.read_text(), path.relative_to(package).as_posix())
     unknown = sorted(sites - KNOWN_SITES)
-    assert not unknown, f"verl compares trainer_mode at sites not checked for SYNC_MODE: {unknown}"
+    assert not unknown, f"verl reads trainer_mode at places not checked for SYNC_MODE: {unknown}"
     assert sites == KNOWN_SITES  # a site gone from verl is one to drop from the list
 
 
-def test_the_site_scan_finds_a_new_comparison() -> None:
+def test_the_scan_finds_each_kind_of_read() -> None:
     source = (
         "class PPOTrainer:\n"
-        "    def _new(self):\n"
+        '    """trainer_mode (str): prose, not a read."""\n'
+        "    def _compare(self):\n"
         "        if self.trainer_mode == 'sync':\n"
         "            return 1\n"
-        "    def _other(self):\n"
-        "        return self.config.trainer_mode\n"
+        "    def _dispatch(self):\n"
+        "        return {'sync': 1}[self.trainer_mode]\n"
+        "    def _match(self):\n"
+        "        match self.trainer_mode:\n"
+        "            case _:\n"
+        "                return 1\n"
+        "    def _key(self, config):\n"
+        "        return config.trainer.v1.trainer_mode\n"
+        "    def _select(self, config):\n"
+        "        return select(config, 'trainer.v1.trainer_mode')\n"
+        "    def _argument(self, trainer_mode):\n"
+        "        self.mode = trainer_mode\n"
+        "    def _store(self):\n"
+        "        self.trainer_mode = 'x'\n"
     )
-    assert trainer_mode_sites(source, "x.py") == {("x.py", "PPOTrainer._new")}
+    methods = {"_compare", "_dispatch", "_match", "_key", "_select", "_argument"}
+    assert mode_reads(source, "x.py") == {("x.py", f"PPOTrainer.{m}") for m in methods}

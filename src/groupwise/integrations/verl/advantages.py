@@ -29,7 +29,7 @@ from groupwise.algorithms import ADVANTAGE_ESTIMATORS, Algorithm, GroupRewards, 
 from groupwise.algorithms.logprobs import sequence_mean_logp
 from groupwise.integrations.verl.options import (
     ESTIMATOR_PREFIX,
-    VerlOptions,
+    VerlAlgorithm,
     build_algorithm,
     verl_name,
 )
@@ -97,34 +97,39 @@ def group_rewards(
     )
 
 
-_BUILT: dict[tuple[str, str, int], tuple[Algorithm, VerlOptions]] = {}
+_BUILT: dict[tuple[str, str], VerlAlgorithm] = {}
 
 
-def algorithm_for(config: Any, estimator: str, group_size: int) -> tuple[Algorithm, VerlOptions]:
-    """build_algorithm, once per configuration and G in this process (the Algorithm holds
-    AdaptiveLambda's state)."""
-    key = (repr(config), estimator, group_size)  # verl's configs are not hashable
+def algorithm_for(config: Any, estimator: str, group_size: int) -> VerlAlgorithm:
+    """build_algorithm once per configuration in this process, for verl's own trainers, whose
+    estimator call sees only verl's `algorithm` config and the uids (the Algorithm holds
+    AdaptiveLambda's state); a later batch whose groups have another size is an error
+    (VerlAlgorithm.check_group_size), never a fresh Algorithm. groupwise's trainer mode builds
+    its own, once, from actor_rollout_ref.rollout.n."""
+    key = (repr(config), estimator)  # verl's configs are not hashable
     if key not in _BUILT:
         _BUILT[key] = build_algorithm(config, estimator, group_size)
+    _BUILT[key].check_group_size(group_size)
     return _BUILT[key]
 
 
 def targets_for_rows(
-    estimator: str,
+    built: VerlAlgorithm,
     token_level_rewards: Tensor,
     response_mask: Tensor,
     index: Any,
-    config: Any = None,
     old_log_probs: Tensor | None = None,
     rollout_log_probs: Tensor | None = None,
     correct: Tensor | None = None,
-) -> tuple[GroupTargets, Tensor, Algorithm]:
-    """groupwise's targets (group-major) of verl's rows, the group-major order of those rows
-    and the Algorithm: see the module docstring. old_log_probs / rollout_log_probs: [B, T]
-    per-token log-probs of the responses (nats), the first one given is used. correct: [B]
-    bool, the reward's own correctness (else read from the score, `group_rewards`)."""
+) -> tuple[GroupTargets, Tensor]:
+    """groupwise's targets (group-major) of verl's rows and the group-major order of those rows,
+    through `built`'s Algorithm: see the module docstring. index: [B] uid, in groups of
+    built.group_size. old_log_probs / rollout_log_probs: [B, T] per-token log-probs of the
+    responses (nats), the first one given is used. correct: [B] bool, the reward's own
+    correctness (else read from the score, `group_rewards`)."""
     order, size = group_order(index)
-    algorithm, verl = algorithm_for(config, estimator, size)
+    built.check_group_size(size)
+    algorithm, estimator = built.algorithm, built.estimator
     mask = response_mask.bool()
     token_logps = old_log_probs if old_log_probs is not None else rollout_log_probs
     mean_logp = None
@@ -141,13 +146,13 @@ def targets_for_rows(
         order,
         size,
         algorithm,
-        verl.correctness_value,
+        built.verl.correctness_value,
         mean_logp_old=mean_logp,
         lengths=mask.sum(dim=-1),
         correct=correct,
     )
     targets = algorithm.targets(batch, coefficients=mean_logp is not None)
-    return targets, order, algorithm
+    return targets, order
 
 
 def verl_estimator(name: str) -> VerlEstimator:
@@ -168,14 +173,9 @@ def verl_estimator(name: str) -> VerlEstimator:
             raise ValueError(
                 f"algorithm.adv_estimator={ESTIMATOR_PREFIX}{name} needs verl's uid per response"
             )
-        targets, order, _ = targets_for_rows(
-            name,
-            token_level_rewards,
-            response_mask,
-            index,
-            config,
-            old_log_probs,
-            rollout_log_probs,
+        built = algorithm_for(config, name, group_order(index)[1])
+        targets, order = targets_for_rows(
+            built, token_level_rewards, response_mask, index, old_log_probs, rollout_log_probs
         )
         advantages = torch.empty_like(targets.advantages)
         advantages[order] = targets.advantages

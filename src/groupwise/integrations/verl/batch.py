@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from groupwise.algorithms import Algorithm
 from groupwise.algorithms.advantages import group_types
-from groupwise.integrations.verl.advantages import algorithm_for, group_order, targets_for_rows
+from groupwise.integrations.verl.advantages import targets_for_rows
 from groupwise.integrations.verl.loss import amir_row_weights
+from groupwise.integrations.verl.options import VerlAlgorithm
 
 
 @dataclass(frozen=True)
@@ -37,29 +37,29 @@ class BatchFields:
 
 
 def batch_fields(
-    estimator: str,
+    built: VerlAlgorithm,
     token_level_rewards: Tensor,
     response_mask: Tensor,
     index: Any,
-    config: Any,
     old_log_probs: Tensor | None = None,
     correct: Tensor | None = None,
 ) -> BatchFields:
-    """groupwise's fields of one verl training batch (module docstring): token_level_rewards and
-    response_mask [B, T], index [B] uid, verl's `algorithm` config, old_log_probs [B, T] (needed
-    by AMIR and LENS), correct [B] bool (the reward's own correctness; else the score's)."""
-    targets, order, algorithm = targets_for_rows(
-        estimator, token_level_rewards, response_mask, index, config, old_log_probs, None, correct
+    """groupwise's fields of one verl training batch (module docstring), through the run's
+    algorithm `built`: token_level_rewards and response_mask [B, T], index [B] uid (groups of
+    built.group_size), old_log_probs [B, T] (needed by AMIR and LENS), correct [B] bool (the
+    reward's own correctness; else the score's)."""
+    targets, order = targets_for_rows(
+        built, token_level_rewards, response_mask, index, old_log_probs, None, correct
     )
+    algorithm, group_size = built.algorithm, built.group_size
     rows = order.numel()
-    _, group_size = group_order(index)
     advantages = torch.empty_like(targets.advantages)
     advantages[order] = targets.advantages
     per_token = advantages.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
     metrics: dict[str, float] = {}
-    _, verl = algorithm_for(config, estimator, group_size)
     scores = token_level_rewards.sum(dim=-1)[order]
-    is_correct = scores == verl.correctness_value if correct is None else correct[order].bool()
+    value = built.verl.correctness_value
+    is_correct = scores == value if correct is None else correct[order].bool()
     if correct is not None or bool((is_correct | (scores == 0)).all()):
         kinds = group_types(is_correct, group_size)
         for kind, flags in kinds.items():
@@ -80,16 +80,13 @@ def batch_fields(
     return BatchFields(per_token, weights, metrics, pref_loss)
 
 
-def observe_losses(
-    config: Any, estimator: str, index: Any, pg_loss: float, pref_loss: float | None
-) -> float:
+def observe_losses(built: VerlAlgorithm, pg_loss: float, pref_loss: float | None) -> float:
     """AMIR's lambda rule once per training batch (docs/algorithms.md §2: only where there were
-    pairs), from verl's logged policy loss; returns the new lambda. The Algorithm is the one
-    `batch_fields` used (same config, estimator and G)."""
-    _, group_size = group_order(index)
-    algorithm: Algorithm = algorithm_for(config, estimator, group_size)[0]
-    if algorithm.lambda_reg is None:
+    pairs), from verl's logged policy loss, on the run's algorithm `built` (the one
+    `batch_fields` used); returns the new lambda."""
+    lambda_reg = built.algorithm.lambda_reg
+    if lambda_reg is None:
         raise ValueError("observe_losses needs AMIR (algorithm.groupwise.amir=true)")
     if pref_loss is not None:
-        algorithm.lambda_reg.observe_losses(pg_loss, pref_loss)
-    return algorithm.lambda_reg.value
+        lambda_reg.observe_losses(pg_loss, pref_loss)
+    return lambda_reg.value

@@ -109,9 +109,31 @@ def read_options(config: Any, estimator: str) -> tuple[AlgorithmOptions, VerlOpt
     return algorithm, verl, True if norm_by_std is None else bool(norm_by_std)
 
 
-def build_algorithm(config: Any, estimator: str, group_size: int) -> tuple[Algorithm, VerlOptions]:
+@dataclass(frozen=True)
+class VerlAlgorithm:
+    """groupwise's algorithm for one verl run: the Algorithm (AMIR's lambda is its state), the
+    verl-side options, the estimator's groupwise name and G, the responses per prompt it was
+    built for (verl's actor_rollout_ref.rollout.n)."""
+
+    algorithm: Algorithm
+    verl: VerlOptions
+    estimator: str
+    group_size: int
+
+    def check_group_size(self, size: int) -> None:
+        """A batch whose uids give groups of `size` responses is one line naming both sizes:
+        groups of another size would need another Algorithm, and a fresh lambda."""
+        if size != self.group_size:
+            raise ValueError(
+                f"algorithm.adv_estimator={ESTIMATOR_PREFIX}{self.estimator}: the batch's uids "
+                f"give groups of {size} responses, but groupwise's algorithm was built for "
+                f"{self.group_size} (actor_rollout_ref.rollout.n)"
+            )
+
+
+def build_algorithm(config: Any, estimator: str, group_size: int) -> VerlAlgorithm:
     """AlgorithmOptions.build for verl (every check runs there, naming verl's keys): the
-    estimator `estimator` (groupwise's name), verl's `algorithm` config, G = group_size; and the
+    estimator `estimator` (groupwise's name), verl's `algorithm` config, G = group_size; with the
     verl-side options. verl gives groupwise no reference policy (its KL is verl's own)."""
     options, verl, norm_by_std = read_options(config, estimator)
     bounds = None if verl.reward_min is None else (verl.reward_min, verl.reward_max)
@@ -132,7 +154,7 @@ def build_algorithm(config: Any, estimator: str, group_size: int) -> tuple[Algor
         std=verl.std,
         eps=verl.eps,
     )
-    return built, verl
+    return VerlAlgorithm(built, verl, estimator, group_size)
 
 
 def _get(config: Any, key: str) -> Any:

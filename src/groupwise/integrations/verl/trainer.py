@@ -3,9 +3,11 @@
     trainer.v1.trainer_mode=groupwise algorithm.adv_estimator=groupwise_NAME
 
 `GroupwiseTrainer` is verl's own `PPOTrainerSync` (colocated rollout, its checkpoints, its
-validation, its loggers), and verl's base trainer takes its sync paths with it: the trainer's
-`trainer_mode` reads "sync" where verl branches on it (`SYNC_MODE`), while verl finds the trainer
-by the name `groupwise`. Three changes, in the order of verl's step:
+validation, its loggers), and verl takes its sync paths with it: `main_ppo` finds the trainer by
+the name `groupwise`, then the trainer sets `config.trainer.v1.trainer_mode` to "sync"
+(`SYNC_MODE`) before verl's base class reads it, so that every reader of the mode, the trainer's
+attribute and the config key alike, sees verl's sync mode. Three changes, in the order of verl's
+step:
 
 - before any worker starts, every groupwise option is checked (`check_config`: one line naming
   the key);
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 import transfer_queue as tq
+from omegaconf import open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.protocol import DataProto
@@ -39,18 +42,23 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import response_to_nested
 
 from groupwise.algorithms import ADVANTAGE_ESTIMATORS
-from groupwise.integrations.verl.advantages import algorithm_for
 from groupwise.integrations.verl.batch import batch_fields, observe_losses
 from groupwise.integrations.verl.loss import COEFFICIENTS, amir_ppo_loss
-from groupwise.integrations.verl.options import ESTIMATOR_PREFIX, read_options, verl_name
+from groupwise.integrations.verl.options import (
+    ESTIMATOR_PREFIX,
+    build_algorithm,
+    read_options,
+    verl_name,
+)
 
 TRAINER_MODE = "groupwise"
-"""verl's trainer.v1.trainer_mode of GroupwiseTrainer."""
+"""verl's trainer.v1.trainer_mode that selects GroupwiseTrainer (main_ppo's get_trainer_cls)."""
 SYNC_MODE = "sync"
-"""The mode name verl's base trainer sees from GroupwiseTrainer: PPOTrainer compares
-`self.trainer_mode` with "sync" (replay buffer, refill rule, dataloader batch, TransferQueue state
-in checkpoints, re-issued prompts) and reads `trainer.v1.<mode>` settings, and any other name
-takes verl's async paths, inside a trainer that is verl's PPOTrainerSync."""
+"""The mode GroupwiseTrainer runs as, in its attribute and in the config key once it is built:
+PPOTrainer compares `self.trainer_mode` with "sync" (replay buffer, refill rule, dataloader
+batch, TransferQueue state in checkpoints, re-issued prompts) and reads `trainer.v1.<mode>`
+settings, other verl code reads the config key, and any other name takes verl's async paths,
+inside a trainer that is verl's PPOTrainerSync."""
 STATE_FILE = "groupwise.json"
 """The file of groupwise's state (AMIR's lambda) in each verl checkpoint folder."""
 
@@ -74,7 +82,8 @@ def check_config(config: Any) -> str:
             "groups from the reward's own scores; use actor_rollout_ref.actor.use_kl_loss for a KL "
             "term"
         )
-    algorithm = algorithm_for(config.algorithm, name, int(config.actor_rollout_ref.rollout.n))[0]
+    group_size = int(config.actor_rollout_ref.rollout.n)
+    algorithm = build_algorithm(config.algorithm, name, group_size).algorithm
     distillation = config.get("distillation")
     if algorithm.pair_settings is not None and distillation and distillation.get("enabled"):
         raise ValueError(
@@ -91,23 +100,17 @@ class GroupwiseTrainer(PPOTrainerSync):
 
     def __init__(self, config: Any) -> None:
         self.estimator = check_config(config)
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = SYNC_MODE
         super().__init__(config)
-        self.algorithm = algorithm_for(
+        # this run's own, for every batch and the checkpoints: never rebuilt from the config
+        self.built = build_algorithm(
             config.algorithm, self.estimator, int(config.actor_rollout_ref.rollout.n)
-        )[0]
+        )
+        self.algorithm = self.built.algorithm
         self.correctness_key = read_options(config.algorithm, self.estimator)[1].correctness_key
         self._pref_loss: float | None = None
-        self._uid: np.ndarray | None = None
-
-    @property
-    def trainer_mode(self) -> str:
-        """ "sync" wherever verl's base trainer branches on its mode name (SYNC_MODE)."""
-        return SYNC_MODE
-
-    @trainer_mode.setter
-    def trainer_mode(self, name: str) -> None:
-        """Ignored: verl's PPOTrainer.__init__ assigns config.trainer.v1.trainer_mode
-        ("groupwise"), which stays the registry's and the config's name."""
+        self._observed = False
 
     @property
     def amir(self) -> bool:
@@ -142,16 +145,15 @@ class GroupwiseTrainer(PPOTrainerSync):
         scores = data.batch["rm_scores"]
         mask = data.batch["response_mask"]
         groupwise = batch_fields(
-            self.estimator,
+            self.built,
             scores[real],
             mask[real],
             uid[real.numpy()],
-            self.config.algorithm,
             data.batch["old_log_probs"][real],
             None if extra is None else correctness(extra, self.correctness_key, real),
         )
         metrics.update(groupwise.metrics)
-        self._pref_loss, self._uid = groupwise.pref_loss, uid[real.numpy()]
+        self._pref_loss, self._observed = groupwise.pref_loss, True
 
         advantages = torch.zeros_like(scores)
         advantages[real] = groupwise.advantages
@@ -193,14 +195,8 @@ class GroupwiseTrainer(PPOTrainerSync):
 
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         batch = super()._update_actor(batch, metrics)
-        if self.amir and self._uid is not None:
-            observe_losses(
-                self.config.algorithm,
-                self.estimator,
-                self._uid,
-                float(metrics["actor/pg_loss"]),
-                self._pref_loss,
-            )
+        if self.amir and self._observed:
+            observe_losses(self.built, float(metrics["actor/pg_loss"]), self._pref_loss)
         return batch
 
     def _save_checkpoint(self) -> None:
@@ -216,10 +212,7 @@ class GroupwiseTrainer(PPOTrainerSync):
         super()._load_checkpoint()
         if not self.amir or self.global_steps == 0:
             return
-        folder = self.config.trainer.get("resume_from_path") or os.path.join(
-            self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
-        )
-        path = os.path.join(folder, STATE_FILE)
+        path = os.path.join(resumed_folder(self.config.trainer, self.global_steps), STATE_FILE)
         if not os.path.exists(path):
             raise FileNotFoundError(
                 f"{path} is missing: the checkpoint was not written by trainer_mode="
@@ -227,6 +220,17 @@ class GroupwiseTrainer(PPOTrainerSync):
             )
         with open(path) as handle:
             self.algorithm.lambda_reg.load_state_dict(json.load(handle)["lambda_reg"])
+
+
+def resumed_folder(trainer: Any, global_steps: int) -> str:
+    """The checkpoint folder verl 0.9.1's PPOTrainer._load_checkpoint resumed `global_steps`
+    from, by its own rule: `trainer.resume_from_path` under `resume_mode=resume_path`, else (auto:
+    the latest) `trainer.default_local_dir`'s global_step_N; relative to the working folder."""
+    if trainer.resume_mode == "resume_path":
+        folder = str(trainer.resume_from_path)
+    else:
+        folder = os.path.join(str(trainer.default_local_dir), f"global_step_{global_steps}")
+    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
 
 def real_rows(batch: KVBatchMeta) -> torch.Tensor:
