@@ -223,7 +223,8 @@ class RolloutConfig:
     max_draws: int = option(
         10,
         """Dynamic sampling: at most this many draws of questions_per_step questions per step
-        (verl's filter_groups.max_num_gen_batches; DAPO's recipe 10).""",
+        (DAPO's recipe 10); then the step trains on dropped groups in the places left, where
+        verl's trainers keep drawing or stop (docs/algorithms.md, "Dynamic sampling").""",
         ge=1,
     )
     vllm_enforce_eager: bool | None = option(

@@ -11,6 +11,7 @@ rollout moves between processes, and the step is complete when every process has
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,20 @@ def draw_metrics(draws: list[Draw], chosen: list[tuple[int, int]]) -> dict[str, 
         )
     metrics["groups_filled"] = sum(1 for d, q in chosen if not draws[d].keep[q])
     return metrics
+
+
+def warn_if_filled(metrics: dict[str, int], max_draws: int) -> None:
+    """Where a step trains on dropped groups because rollout.max_draws ran out (draw_metrics'
+    groups_filled), say so: this is groupwise's own rule (docs/algorithms.md, "Dynamic
+    sampling"), not verl's. One text per run, so Python shows it once."""
+    if metrics["groups_filled"]:
+        warnings.warn(
+            f"rollout.max_draws={max_draws} draws did not give a step its kept groups, so it "
+            "trains on dropped ones in their place (groups_filled in metrics.jsonl; this "
+            "warning is shown once). verl does otherwise: its v1 replay buffer keeps drawing (it "
+            "ignores max_num_gen_batches) and its DAPO recipe's trainer stops with an error",
+            stacklevel=2,
+        )
 
 
 def select_groups(groups: list[tuple[Rollouts, int]]) -> Rollouts:

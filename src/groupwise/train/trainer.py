@@ -50,7 +50,7 @@ from groupwise.train.checkpoint import (
 )
 from groupwise.train.config import Config
 from groupwise.train.distributed import Distributed
-from groupwise.train.draws import Draw, assemble, choose_groups
+from groupwise.train.draws import Draw, assemble, choose_groups, warn_if_filled
 from groupwise.train.heldout import HeldoutEvaluation
 from groupwise.train.host_memory import keep_freed_memory
 from groupwise.train.learner import Learner, LearnSettings
@@ -294,6 +294,7 @@ class Trainer:
             chosen = choose_groups(draws, slots, fill=len(draws) == cfg.max_draws)
             if chosen:
                 step = assemble(draws, chosen, questions)
+                warn_if_filled(step.metrics, cfg.max_draws)
                 return step.problems, step.batch, step.metrics, generation
 
     def _keep(self, batch: ScoredBatch) -> torch.Tensor:
