@@ -2,7 +2,8 @@
 groupwise's tiny `arith-base` policy (verl's Hydra config, Ray, TransferQueue, its agent loop
 and reward loop with groupwise's reward, an FSDP2 actor on gloo), with verl's own GRPO, with
 `trainer.v1.trainer_mode=groupwise` and groupwise_grpo, and with groupwise_lens + AMIR; then the
-AMIR + LENS run resumed from its step-1 checkpoint. What a CPU needs is tests/verl_cpu (loaded
+AMIR + LENS run resumed from its step-1 checkpoint; and one step of groupwise_grpo + AMIR whose
+weight change is checked against the objective's gradient written out here. What a CPU needs is tests/verl_cpu (loaded
 through verl's VERL_USE_EXTERNAL_MODULES; docs/guides/verl.md, "On a CPU").
 
 Everything asserted is what verl logged (its file logger) and wrote (its rollout dump, with the
@@ -35,6 +36,18 @@ AMIR_LENS = [
     "+algorithm.groupwise.reward_min=0",
     "+algorithm.groupwise.reward_max=1",
     "trainer.save_freq=1",
+]
+AMIR_GRADIENT = [
+    *GROUPWISE,
+    "algorithm.adv_estimator=groupwise_grpo",
+    "+algorithm.groupwise.amir=true",
+    "+algorithm.groupwise.margin=0.5",
+    "+algorithm.groupwise.lambda_init=0.5",
+    "+algorithm.groupwise.lambda_max=1",
+    "+algorithm.groupwise.reward_min=0",
+    "+algorithm.groupwise.reward_max=1",
+    "actor_rollout_ref.actor.optim.clip_grad=1000000",  # SGD's change is lr x the gradient
+    "trainer.total_training_steps=1",
 ]
 STEPS = (1, 2)
 WEIGHTS_ATOL = 1e-6
@@ -71,6 +84,7 @@ def runs(tmp_path_factory, assets):
             "verl_grpo": ["trainer.v1.trainer_mode=sync", "algorithm.adv_estimator=grpo"],
             "groupwise_grpo": [*GROUPWISE, "algorithm.adv_estimator=groupwise_grpo"],
             "amir_lens": AMIR_LENS,
+            "amir_gradient": AMIR_GRADIENT,
         }[name]
 
     return run
@@ -207,3 +221,68 @@ def test_resuming_from_step_1_gives_step_2_of_the_uninterrupted_run(runs) -> Non
     same_samples_and_advantages(resumed.batches[2], whole.batches[2])
     assert max_change(whole.weights[1], resumed.weights[1]) == 0.0  # the checkpoint's weights
     assert max_change(whole.weights[2], resumed.weights[2]) <= WEIGHTS_ATOL
+
+
+def objective_gradient(model, batch: list[dict], lambda_value: float, amir: bool) -> torch.Tensor:
+    """The gradient of AMIR-GRPO's objective on the recorded rows, at the model's weights, all
+    parameters flat, written from docs/algorithms.md (not groupwise's functions): GRPO's term as
+    verl's ppo_loss at the rollout policy (ratio 1: -A_i log pi, token-mean over the batch's
+    response tokens), plus lambda_reg x L_pref = -mean over pairs of log sigmoid(beta (l_c -
+    l_r)), l the mean token log-prob of a response, pairs (c, r) of a group with r_c - r_r >
+    margin (reference-free)."""
+    model.zero_grad()
+    token_logps, advantages = [], []
+    for row in batch:
+        prompt, response = (torch.tensor(part) for part in row["key"])
+        logits = model(torch.cat([prompt, response])[None]).logits[0].float()
+        logp = logits[len(prompt) - 1 : -1].log_softmax(-1)
+        token_logps.append(logp.gather(-1, response[:, None])[:, 0])
+        advantages.append(float(row["adv"][0]))
+    tokens = sum(len(t) for t in token_logps)
+    grpo = -sum(a * t.sum() for a, t in zip(advantages, token_logps, strict=True)) / tokens
+    mean_logp = [t.mean() for t in token_logps]
+    pairs = [
+        (c, r)
+        for c in range(len(batch))
+        for r in range(len(batch))
+        if batch[c]["uid"] == batch[r]["uid"] and batch[c]["score"] - batch[r]["score"] > 0.5
+    ]
+    assert pairs
+    pref = -sum(
+        torch.nn.functional.logsigmoid(0.5 * (mean_logp[c] - mean_logp[r])) for c, r in pairs
+    ) / len(pairs)
+    (grpo + lambda_value * pref if amir else grpo).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def test_amir_gradient_reaches_verl_actor(runs, assets) -> None:
+    """verl's actor, through main_ppo, takes one SGD step with AMIR on: the weights' change is
+    -lr x the objective's gradient computed here on the batch it recorded, AMIR's term included
+    (without it the change would differ by far more than the tolerance)."""
+    from transformers import AutoModelForCausalLM
+    from verl_cpu.run import model_folder
+
+    run = runs("amir_gradient")
+    batch = rows(run.batches[1])
+    # GRPO's advantages by hand: the group's unbiased std, eps 1e-6 (verl's grpo)
+    for row in batch:
+        group = torch.tensor([r["score"] for r in batch if r["uid"] == row["uid"]])
+        want = (row["score"] - group.mean()) / (group.std() + 1e-6)
+        assert float(row["adv"][row["mask"]][0]) == pytest.approx(float(want), abs=1e-5)
+    model = AutoModelForCausalLM.from_pretrained(model_folder(assets), dtype=torch.float32)
+    model.load_state_dict(run.weights[0], strict=False)
+    names = [name for name, _ in model.named_parameters()]
+    change = torch.cat([(run.weights[1][n] - run.weights[0][n]).reshape(-1) for n in names])
+    lambda_value = run.metrics[1]["groupwise/amir/lambda"]
+    assert lambda_value == 0.5
+    with_amir = -0.1 * objective_gradient(model, batch, lambda_value, amir=True)
+    grpo_only = -0.1 * objective_gradient(model, batch, lambda_value, amir=False)
+    scale = float(with_amir.norm())
+    difference = float((change - with_amir).norm())
+    amir_part = float((with_amir - grpo_only).norm())
+    print(
+        f"amir_gradient: |change - expected| {difference:.3g} of |expected| {scale:.3g}; "
+        f"the AMIR term's part {amir_part:.3g}"
+    )
+    assert difference <= 1e-4 * scale
+    assert amir_part > 100 * difference
