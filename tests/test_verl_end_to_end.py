@@ -3,8 +3,9 @@ groupwise's tiny `arith-base` policy (verl's Hydra config, Ray, TransferQueue, i
 and reward loop with groupwise's reward, an FSDP2 actor on gloo), with verl's own GRPO, with
 `trainer.v1.trainer_mode=groupwise` and groupwise_grpo, and with groupwise_lens + AMIR; then the
 AMIR + LENS run resumed from its step-1 checkpoint; and one step of groupwise_grpo + AMIR whose
-weight change is checked against the objective's gradient written out here. What a CPU needs is tests/verl_cpu (loaded
-through verl's VERL_USE_EXTERNAL_MODULES; docs/guides/verl.md, "On a CPU").
+weight change is checked against the objective's gradient written out here. What a CPU needs
+is tests/verl_cpu (loaded through verl's VERL_USE_EXTERNAL_MODULES; docs/guides/verl.md, "On a
+CPU").
 
 Everything asserted is what verl logged (its file logger) and wrote (its rollout dump, with the
 batch its update read: verl_cpu.record; the weights its weight sync sent: verl_cpu.rollout;
