@@ -86,6 +86,10 @@ def runs(tmp_path_factory, assets):
             "groupwise_grpo": [*GROUPWISE, "algorithm.adv_estimator=groupwise_grpo"],
             "amir_lens": AMIR_LENS,
             "amir_gradient": AMIR_GRADIENT,
+            "grpo_colocate_async": [
+                "trainer.v1.trainer_mode=colocate_async",
+                "algorithm.adv_estimator=groupwise_grpo",
+            ],
         }[name]
 
     return run
@@ -287,3 +291,24 @@ def test_amir_gradient_reaches_verl_actor(runs, assets) -> None:
     )
     assert difference <= 1e-4 * scale
     assert amir_part > 100 * difference
+
+
+def test_groupwise_grpo_under_verl_async_trainer(runs) -> None:
+    """verl 0.9.1's colocate_async trainer (partial rollouts, weights synced after each step)
+    with groupwise_grpo through verl's own compute_advantage: the advantages of every row it
+    trained on are groupwise's own, and the weights move. The estimators that need the rollout
+    policy's log-probs (LENS, AMIR's coefficients) refuse there in one line naming the trainer
+    mode that passes them: verl's async trainers compute advantages with the base trainer's
+    method, whose compute_advantage passes none (test_verl_integration.py has the refusal)."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+
+    assert PPOTrainerColocateAsync._compute_advantage is PPOTrainer._compute_advantage
+    run = runs("grpo_colocate_async")
+    assert sorted(run.batches) == list(STEPS)
+    for step in STEPS:
+        batch = rows(run.batches[step])
+        assert len(batch) == BATCH * N
+        targets, ordered, _ = expected({"advantage": "grpo"}, batch)
+        assert_advantages(targets, ordered)
+    assert max_change(run.weights[0], run.weights[2]) > 1e-4

@@ -139,7 +139,9 @@ def targets_for_rows(
         raise ValueError(
             f"algorithm.adv_estimator={ESTIMATOR_PREFIX}{estimator} needs the rollout policy's "
             "log-probs, which verl 0.9.1's compute_advantage does not pass to an estimator "
-            "(verl#7473): call it with old_log_probs= from a trainer's _compute_advantage"
+            "(verl#7473): use trainer.v1.trainer_mode=groupwise, whose _compute_advantage "
+            "passes them (verl's own sync and asynchronous trainers run the estimators that need "
+            "none, as groupwise_grpo)"
         )
     batch = group_rewards(
         token_level_rewards.sum(dim=-1),
