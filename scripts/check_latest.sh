@@ -15,12 +15,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 RESULT="${RESULT-bench/results/check_latest.md}"
 work=$(mktemp -d)
-[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
+# (a process of the tests may still be writing there for a moment after they end)
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$work" 2>/dev/null || { sleep 10; rm -rf "$work"; }' EXIT
 start=$SECONDS
 
 mkdir -p "$work/main"
 git ls-files -z --cached --others --exclude-standard |
     tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$work/main"
+# a repository, as CI's clone is: ruff and the tests skip what .gitignore names (the environments)
+git -C "$work/main" init -q
 ln -s "$ROOT/../shared" "$work/shared"
 [ -x .venv/bin/uv ] && export UV="$ROOT/.venv/bin/uv"
 (cd "$work/main" && bash scripts/lock.sh --upgrade) || exit 1
