@@ -29,15 +29,13 @@ ln -s "$ROOT/../shared" "$work/shared"
 (cd "$work/main" && bash scripts/lock.sh --upgrade) || exit 1
 
 # What moved: one row per package whose pin differs between the committed and the newest lock.
-changes=$(python3 - "$ROOT/locks" "$work/main/locks" <<'EOF'
-import re, sys
+changes=$(PYTHONPATH="$ROOT/scripts" python3 - "$ROOT/locks" "$work/main/locks" <<'EOF'
+import sys
 from pathlib import Path
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
-def pins(path):
-    return {m.group(1).lower(): m.group(2) for line in path.read_text().splitlines() if (m := PIN.match(line))}
+from check_lock import read_lock
 rows = []
 for lock in sorted(Path(sys.argv[1]).glob("*.txt")):
-    old, new = pins(lock), pins(Path(sys.argv[2]) / lock.name)
+    old, new = read_lock(lock), read_lock(Path(sys.argv[2]) / lock.name)
     for name in sorted(old.keys() | new.keys()):
         if old.get(name) != new.get(name):
             rows.append(f"| {lock.name} | {name} | {old.get(name, '-')} | {new.get(name, '-')} |")

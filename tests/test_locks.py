@@ -14,19 +14,12 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from scripts.check_lock import read_lock as pins
+
 ROOT = Path(__file__).resolve().parents[1]
 # environment folder -> its lock, as the set-up scripts make them
 ENVIRONMENTS = {".venv": "venv", ".venv-vllm": "vllm", ".venv-verl": "verl"}
 EXTRAS = re.compile(r"^-e\s+\.\[([^\]]*)\]")
-
-
-def pins(lock: Path) -> dict[str, str]:
-    """{canonical name: version} of a lock's `name==version` lines."""
-    found = {}
-    for line in lock.read_text().splitlines():
-        if match := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line):
-            found[canonicalize_name(match.group(1))] = match.group(2)
-    return found
 
 
 def check_lock(python: Path, lock: Path) -> subprocess.CompletedProcess[str]:
