@@ -89,6 +89,7 @@ def runs(tmp_path_factory, assets):
             "grpo_colocate_async": [
                 "trainer.v1.trainer_mode=colocate_async",
                 "algorithm.adv_estimator=groupwise_grpo",
+                "trainer.total_training_steps=1",  # CI's time: one step shows the path
             ],
         }[name]
 
@@ -305,10 +306,9 @@ def test_groupwise_grpo_under_verl_async_trainer(runs) -> None:
 
     assert PPOTrainerColocateAsync._compute_advantage is PPOTrainer._compute_advantage
     run = runs("grpo_colocate_async")
-    assert sorted(run.batches) == list(STEPS)
-    for step in STEPS:
-        batch = rows(run.batches[step])
-        assert len(batch) == BATCH * N
-        targets, ordered, _ = expected({"advantage": "grpo"}, batch)
-        assert_advantages(targets, ordered)
-    assert max_change(run.weights[0], run.weights[2]) > 1e-4
+    assert sorted(run.batches) == [1]
+    batch = rows(run.batches[1])
+    assert len(batch) == BATCH * N
+    targets, ordered, _ = expected({"advantage": "grpo"}, batch)
+    assert_advantages(targets, ordered)
+    assert max_change(run.weights[0], run.weights[1]) > 1e-4
