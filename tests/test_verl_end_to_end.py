@@ -2,8 +2,10 @@
 groupwise's tiny `arith-base` policy (verl's Hydra config, Ray, TransferQueue, its agent loop
 and reward loop with groupwise's reward, an FSDP2 actor on gloo), with verl's own GRPO, with
 `trainer.v1.trainer_mode=groupwise` and groupwise_grpo, and with groupwise_lens + AMIR; then the
-AMIR + LENS run resumed from its step-1 checkpoint; and one step of groupwise_grpo + AMIR whose
-weight change is checked against the objective's gradient written out here. What a CPU needs
+AMIR + LENS run resumed from its step-1 checkpoint; the groupwise_grpo and AMIR + LENS runs again
+on two processes; one step of groupwise_grpo + AMIR (top_p and top_k sampling, DAPO's overlong
+punishment, truncated responses masked) whose weight change is checked against the objective's
+gradient written out here; and one step under verl's colocate_async trainer. What a CPU needs
 is tests/verl_cpu (loaded through verl's VERL_USE_EXTERNAL_MODULES; docs/guides/verl.md, "On a
 CPU").
 
@@ -29,15 +31,20 @@ from groupwise.integrations.verl.trainer import STATE_FILE
 pytestmark = pytest.mark.slow
 
 GROUPWISE = ["trainer.v1.trainer_mode=groupwise"]
-AMIR_LENS = [
+GROUPWISE_GRPO = [*GROUPWISE, "algorithm.adv_estimator=groupwise_grpo"]
+AMIR_LENS_OPTIONS = [
     *GROUPWISE,
     "algorithm.adv_estimator=groupwise_lens",
     "+algorithm.groupwise.amir=true",
     "+algorithm.groupwise.margin=0.5",
     "+algorithm.groupwise.reward_min=0",
     "+algorithm.groupwise.reward_max=1",
-    "trainer.save_freq=1",
 ]
+AMIR_LENS = [*AMIR_LENS_OPTIONS, "trainer.save_freq=1"]
+RESPONSE_LENGTH, OVERLONG_BUFFER = 44, 8
+"""The amir_gradient run's length limit (arith-base's responses run 38 to 49 tokens: some are
+cut) and DAPO's overlong buffer (a penalty from 36 tokens on)."""
+TOP_P, TOP_K = 0.9, 20
 AMIR_GRADIENT = [
     *GROUPWISE,
     "algorithm.adv_estimator=groupwise_grpo",
@@ -45,16 +52,37 @@ AMIR_GRADIENT = [
     "+algorithm.groupwise.margin=0.5",
     "+algorithm.groupwise.lambda_init=0.5",
     "+algorithm.groupwise.lambda_max=1",
-    "+algorithm.groupwise.reward_min=0",
+    "+algorithm.groupwise.reward_min=-1",
     "+algorithm.groupwise.reward_max=1",
+    "+algorithm.groupwise.correctness_key=acc",
+    "+algorithm.groupwise.mask_truncated=true",
+    # verl's DAPO reward manager: the score plus the soft overlong punishment
+    "reward.reward_manager.name=dapo",
+    f"+reward.reward_kwargs.max_resp_len={RESPONSE_LENGTH}",
+    "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+    f"+reward.reward_kwargs.overlong_buffer_cfg.len={OVERLONG_BUFFER}",
+    "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+    "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
+    f"data.max_response_length={RESPONSE_LENGTH}",
+    f"actor_rollout_ref.rollout.top_p={TOP_P}",
+    f"actor_rollout_ref.rollout.top_k={TOP_K}",
     "actor_rollout_ref.actor.optim.clip_grad=1000000",  # SGD's change is lr x the gradient
     "trainer.total_training_steps=1",
 ]
+TWO_RANKS = [
+    "trainer.n_gpus_per_node=2",
+    "++ray_kwargs.ray_init.num_gpus=2",
+    f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={BATCH * N // 2}",
+    f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={BATCH * N // 2}",
+]
+"""Two processes (gloo), FSDP2 over both, one rollout replica each; the same micro-batch of
+rows per process."""
 STEPS = (1, 2)
 WEIGHTS_ATOL = 1e-6
-"""Parity and resume: the same samples give the same update up to float summation order (the
-runs use SGD: AdamW's first step is lr * sign(gradient), which turns a rounding difference in a
-near-zero gradient into a change of 2 lr)."""
+"""Parity, resume and two ranks: the same samples give the same update up to float summation
+order (the runs use SGD: AdamW's first step is lr * sign(gradient), which turns a rounding
+difference in a near-zero gradient into a change of 2 lr). Measured: two ranks against one,
+1.2e-7 after 2 steps that moved the weights by 5e-3."""
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +111,11 @@ def runs(tmp_path_factory, assets):
             ]
         return {
             "verl_grpo": ["trainer.v1.trainer_mode=sync", "algorithm.adv_estimator=grpo"],
-            "groupwise_grpo": [*GROUPWISE, "algorithm.adv_estimator=groupwise_grpo"],
+            "groupwise_grpo": GROUPWISE_GRPO,
             "amir_lens": AMIR_LENS,
             "amir_gradient": AMIR_GRADIENT,
+            "groupwise_grpo_two_ranks": [*GROUPWISE_GRPO, *TWO_RANKS],
+            "amir_lens_two_ranks": [*AMIR_LENS_OPTIONS, *TWO_RANKS],
             "grpo_colocate_async": [
                 "trainer.v1.trainer_mode=colocate_async",
                 "algorithm.adv_estimator=groupwise_grpo",
@@ -97,21 +127,25 @@ def runs(tmp_path_factory, assets):
 
 
 def rows(batch: dict) -> list[dict]:
-    """The batch's real rows as {uid, key (prompt ids, response ids), score, mask, old, adv,
-    weight}, in verl's order."""
+    """The batch's real rows as {uid, key (prompt ids, response ids), score, tokens (the
+    response's positions), mask (those in the loss), old, rollout (log-probs), adv, weight}, in
+    verl's order."""
     out, responses = [], batch["responses"]
+    length = responses.shape[1]
     for i, tag in enumerate(batch["tags"]):
         if tag.get("is_padding", False):
             continue
-        mask = batch["response_mask"][i].bool()
+        tokens = torch.arange(length) < batch["lengths"][i]
         prompt = batch["prompts"][i]
         out.append(
             {
                 "uid": batch["uid"][i],
-                "key": (tuple(prompt[prompt != 0].tolist()), tuple(responses[i][mask].tolist())),
+                "key": (tuple(prompt[prompt != 0].tolist()), tuple(responses[i][tokens].tolist())),
                 "score": float(batch["rm_scores"][i].sum()),
-                "mask": mask,
+                "tokens": tokens,
+                "mask": batch["response_mask"][i].bool(),
                 "old": batch["old_log_probs"][i],
+                "rollout": batch["rollout_log_probs"][i],
                 "adv": batch["advantages"][i],
                 "weight": None if batch["weights"] is None else float(batch["weights"][i]),
             }
@@ -235,8 +269,10 @@ def objective_gradient(model, batch: list[dict], lambda_value: float, amir: bool
     verl's ppo_loss at the rollout policy (ratio 1: -A_i log pi, token-mean over the batch's
     response tokens), plus lambda_reg x L_pref = -mean over pairs of log sigmoid(beta (l_c -
     l_r)), l the mean token log-prob of a response, pairs (c, r) of a group with r_c - r_r >
-    margin (reference-free)."""
+    margin (reference-free). Truncated responses (overlong filtering: no token in the loss)
+    are in neither term."""
     model.zero_grad()
+    batch = [row for row in batch if row["mask"].any()]
     token_logps, advantages = [], []
     for row in batch:
         prompt, response = (torch.tensor(part) for part in row["key"])
@@ -261,20 +297,46 @@ def objective_gradient(model, batch: list[dict], lambda_value: float, amir: bool
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
+def overlong_penalty(length: int) -> float:
+    """DAPO's soft overlong punishment (docs/algorithms.md, "Overlong completions"), penalty
+    factor 1: 0 up to RESPONSE_LENGTH - OVERLONG_BUFFER tokens, then -1/OVERLONG_BUFFER a token."""
+    return min(-(length - (RESPONSE_LENGTH - OVERLONG_BUFFER)) / OVERLONG_BUFFER, 0.0)
+
+
 def test_amir_gradient_reaches_verl_actor(runs, assets) -> None:
     """verl's actor, through main_ppo, takes one SGD step with AMIR on: the weights' change is
     -lr x the objective's gradient computed here on the batch it recorded, AMIR's term included
-    (without it the change would differ by far more than the tolerance)."""
+    (without it the change would differ by far more than the tolerance). The run also samples
+    with top_p and top_k, scores with verl's DAPO reward manager and its overlong punishment,
+    and masks the responses cut at the length limit out of the loss (mask_truncated): each is
+    checked on the recorded batch, and the gradient leaves the cut responses out."""
     from transformers import AutoModelForCausalLM
     from verl_cpu.run import model_folder
 
     run = runs("amir_gradient")
     batch = rows(run.batches[1])
-    # GRPO's advantages by hand: the group's unbiased std, eps 1e-6 (verl's grpo)
+    lengths = [int(row["tokens"].sum()) for row in batch]
+    cut = [length == RESPONSE_LENGTH for length in lengths]
+    assert any(cut) and not all(cut)
+    assert run.metrics[1]["groupwise/truncated"] == pytest.approx(sum(cut) / len(batch))
+    for row, length, truncated in zip(batch, lengths, cut, strict=True):
+        # the score is the correctness (0 or 1) plus the overlong penalty of its length
+        assert row["score"] - overlong_penalty(length) in (pytest.approx(0.0), pytest.approx(1.0))
+        # a cut response has no token in the loss and no AMIR weight; the others keep theirs
+        assert torch.equal(row["mask"], row["tokens"] & (not truncated))
+        if truncated:
+            assert row["weight"] == 0.0
+        # top_p and top_k: the sampled token's log-prob under the filtered, renormalised
+        # distribution is above the actor's (the full distribution) wherever a token was cut
+        sampled, full = row["rollout"][row["tokens"]], row["old"][row["tokens"]]
+        assert bool((sampled >= full - 1e-5).all())
+    assert any(overlong_penalty(length) < 0 for length in lengths)
+    # GRPO's advantages by hand over every row of the group, cut ones included: the group's
+    # unbiased std, eps 1e-6 (verl's grpo)
     for row in batch:
         group = torch.tensor([r["score"] for r in batch if r["uid"] == row["uid"]])
         want = (row["score"] - group.mean()) / (group.std() + 1e-6)
-        assert float(row["adv"][row["mask"]][0]) == pytest.approx(float(want), abs=1e-5)
+        assert float(row["adv"][row["tokens"]][0]) == pytest.approx(float(want), abs=1e-5)
     model = AutoModelForCausalLM.from_pretrained(model_folder(assets), dtype=torch.float32)
     model.load_state_dict(run.weights[0], strict=False)
     names = [name for name, _ in model.named_parameters()]
@@ -292,6 +354,28 @@ def test_amir_gradient_reaches_verl_actor(runs, assets) -> None:
     )
     assert difference <= 1e-4 * scale
     assert amir_part > 100 * difference
+
+
+@pytest.mark.parametrize("name", ["groupwise_grpo", "amir_lens"])
+def test_two_ranks_reach_the_one_process_weights(runs, name: str) -> None:
+    """main_ppo on two CPU processes (gloo, FSDP2 over both, a rollout replica each) draws the
+    same samples as on one and reaches its weights after each step within WEIGHTS_ATOL: verl's
+    loss scaling over ranks, and AMIR's per-row weights with it, give the same update whatever
+    the split."""
+    one, two = runs(name), runs(f"{name}_two_ranks")
+    for step in STEPS:
+        # each rank's share of the batch's tokens: half of them
+        assert (
+            two.metrics[step]["global_seqlen/mean"] * 2 == one.metrics[step]["global_seqlen/mean"]
+        )
+        same_samples_and_advantages(two.batches[step], one.batches[step])
+        for key in ("groupwise/amir/lambda", "groupwise/amir/pairs"):
+            if key in one.metrics[step]:
+                assert two.metrics[step][key] == pytest.approx(one.metrics[step][key], rel=1e-9)
+        difference = max_change(one.weights[step], two.weights[step])
+        print(f"two_ranks {name} step {step}: weights differ by {difference:.3g}")
+        assert difference <= WEIGHTS_ATOL
+    assert max_change(one.weights[0], one.weights[2]) > 1e-3
 
 
 def test_groupwise_grpo_under_verl_async_trainer(runs) -> None:

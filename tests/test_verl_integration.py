@@ -317,3 +317,34 @@ def test_groups_of_another_size_are_an_error_naming_both_sizes() -> None:
     assert algorithm_for(dict(config), "lens", G) is first  # the same lambda, call after call
     with pytest.raises(ValueError, match=f"uids give groups of 2 responses, but .* built for {G}"):
         algorithm_for(config, "lens", 2)
+
+
+def test_truncated_responses_form_no_pair_and_keep_their_group_statistics() -> None:
+    """mask_truncated: a truncated response keeps its advantage (its group's mean and std count
+    it; the trainer zeroes its response mask) and has no AMIR weight, and the pairs it was in are
+    gone; the others keep theirs."""
+    rewards, mask, uid, logps, _ = batch(SCORES, seed=4)
+    config = {"groupwise": {"amir": True, "margin": 0.5, "lambda_init": 0.01}}
+    truncated = torch.zeros(16, dtype=torch.bool)
+    truncated[[0, 5]] = True  # q0's only correct response, and a correct one of q1
+    kept = batch_fields(build_algorithm(config, "grpo", G), rewards, mask, uid, logps)
+    built = build_algorithm(config, "grpo", G)
+    cut = batch_fields(built, rewards, mask, uid, logps, None, truncated)
+    torch.testing.assert_close(cut.advantages, kept.advantages)
+    assert cut.metrics["groupwise/truncated"] == 2 / 16
+    # q0 (1 correct, 3 wrong) loses its 3 pairs; q1 (3 correct, 1 wrong) loses 1 of its 3
+    assert kept.metrics["groupwise/amir/pairs"] == 6.0
+    assert cut.metrics["groupwise/amir/pairs"] == 2.0
+    assert bool((cut.weights[:4] == 0).all())
+    assert cut.weights[5] == 0 and kept.weights[5] != 0
+    assert bool((cut.weights[[4, 6, 7]] != 0).all())
+
+
+def test_mask_truncated_outside_the_trainer_mode_refuses_in_one_line() -> None:
+    """verl's own trainers call the estimator (here as verl's compute_advantage does, with its
+    algorithm config) and use their response mask as it is."""
+    rewards, mask, uid, _, _ = batch(SCORES)
+    config = {"groupwise": {"mask_truncated": True}}
+    message = r"^algorithm.groupwise.mask_truncated=true needs trainer.v1.trainer_mode=groupwise:"
+    with pytest.raises(ValueError, match=message):
+        verl_estimator("grpo")(rewards, mask, uid, config)

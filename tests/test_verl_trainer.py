@@ -75,6 +75,7 @@ def put_batch(partition: str, with_extra: bool = True, rollout: bool = False):
                     "input_ids": torch.cat([prompt, response]),
                     "attention_mask": torch.ones(len(prompt) + len(response), dtype=torch.int64),
                     "response_mask": torch.ones(len(response), dtype=torch.int64),
+                    "loss_mask": torch.ones(len(response), dtype=torch.int64),
                     "rm_scores": rm_scores,
                     "extra_fields": {"reward_extra_info": info},
                 }
@@ -176,6 +177,47 @@ def test_correctness_from_the_reward_extra_info_key(transfer_queue) -> None:
     for position, row in enumerate(order):
         assert float(advantages[row][0]) == pytest.approx(float(targets.advantages[position]))
     assert metrics["groupwise/groups/all_wrong_with_gradient"] == 0.5
+
+
+def test_mask_truncated_takes_cut_responses_out_of_the_loss_and_the_pairs(transfer_queue) -> None:
+    """With the length limit at q1's longest answer (a correct one), that answer is cut: its
+    response and loss masks are zeroed, it has no AMIR weight (q1's 4 pairs become 2), and the
+    advantages are unchanged (it still counts in its group's statistics)."""
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
+    lengths = {text: len(tokenizer(text).input_ids) for text, _ in ANSWERS["q1"] + ANSWERS["q2"]}
+    limit = max(lengths.values())
+    cut = [text for text, length in lengths.items() if length == limit]
+    assert cut == ["so 18 eggs. #### 18"], lengths
+    options = ["+algorithm.groupwise.amir=true", "+algorithm.groupwise.margin=0.5"]
+    outputs = {}
+    for masked in (False, True):
+        partition = f"adv-cut-{masked}"
+        meta, real, _ = put_batch(partition)
+        config = trainer_config(
+            "algorithm.adv_estimator=groupwise_grpo",
+            f"data.max_response_length={limit}",
+            *options,
+            *(["+algorithm.groupwise.mask_truncated=true"] if masked else []),
+        )
+        trainer = get_trainer_cls("groupwise")(config)
+        metrics: dict = {}
+        out = trainer._compute_advantage(meta, metrics)
+        fields = ["advantages", "response_mask", "loss_mask", COEFFICIENTS]
+        outputs[masked] = (
+            metrics,
+            tq.kv_batch_get(keys=out.keys, partition_id=partition, select_fields=fields),
+        )
+    (kept_metrics, kept), (cut_metrics, masked) = outputs[False], outputs[True]
+    assert (kept_metrics["groupwise/amir/pairs"], cut_metrics["groupwise/amir/pairs"]) == (4.0, 2.0)
+    assert cut_metrics["groupwise/truncated"] == 1 / 8
+    for row, fields in enumerate(real):
+        is_cut = len(fields["responses"]) == limit
+        for name in ("response_mask", "loss_mask"):
+            assert bool((masked[name].unbind()[row] == (0 if is_cut else 1)).all()), (row, name)
+            assert bool((kept[name].unbind()[row] == 1).all())
+        assert torch.equal(masked["advantages"].unbind()[row], kept["advantages"].unbind()[row])
+        if is_cut:
+            assert float(kept[COEFFICIENTS][row]) != 0 and float(masked[COEFFICIENTS][row]) == 0
 
 
 def test_a_missing_correctness_key_is_one_line(transfer_queue) -> None:
@@ -351,6 +393,7 @@ def test_verl_filter_groups_hands_the_advantage_step_only_kept_groups(transfer_q
                     "input_ids": torch.cat([prompt, response]),
                     "attention_mask": torch.ones(len(prompt) + len(response), dtype=torch.int64),
                     "response_mask": torch.ones(len(response), dtype=torch.int64),
+                    "loss_mask": torch.ones(len(response), dtype=torch.int64),
                     "rm_scores": rm_scores,
                     "extra_fields": {"reward_extra_info": {"acc": score > 0}},
                 }

@@ -7,21 +7,26 @@ the replica), so `actor_rollout_ref.rollout.name=hf_cpu` runs verl's agent loop,
 and weight sync unchanged:
 
 - `CpuServer` (a Ray actor, one per replica) holds the model of `actor_rollout_ref.model.path`
-  and answers verl's `generate(request_id, prompt_ids, sampling_params)` with a `TokenOutput`
-  (token ids, their log-probs at the sampling temperature). The k-th request of the same
-  prompt under the same weights draws from a generator seeded by (prompt, weights' step, k), so
-  the same data and seed give the same samples in every run whatever the arrival order.
+  and answers verl's `generate(request_id, prompt_ids, sampling_params)` with a `TokenOutput`:
+  token ids drawn at the request's temperature, top_k and top_p, up to its max_tokens (else the
+  rollout's response length), their log-probs as verl asks vLLM for them
+  (`logprobs_mode=processed_logprobs`: of the tempered, top-k and top-p filtered, renormalised
+  distribution, `processed_log_probs`), and stop_reason "length" for a response cut at the limit
+  (SGLang's server and verl's server manager say so; "completed" otherwise). The k-th request
+  of the same prompt under the same weights, counted over all replicas (one named actor per
+  run, verl_cpu.occurrences), draws from a generator seeded by (prompt, weights' step, k), so
+  the same data and seed give the same samples in every run whatever the arrival order and the
+  number of replicas (one per rank).
 - `CpuServerAdapter` (verl's BaseRollout in the training worker) sends the actor's weights to
   the server on every sync (`update_weights`), so each step samples from the policy verl just
-  trained. With `VERL_CPU_RECORD` set, the server saves each state it receives as
-  `weights_<step>.pt` there: what the test reads to see the actor's weights move.
+  trained. With `VERL_CPU_RECORD` set, the first replica's server saves each state it receives
+  as `weights_<step>.pt` there: what the test reads to see the actor's weights move.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections import Counter
 from typing import Any
 
 import ray
@@ -30,6 +35,8 @@ from transformers import AutoModelForCausalLM
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+
+from verl_cpu.occurrences import OCCURRENCES, Occurrences
 
 NAME = "hf_cpu"
 """actor_rollout_ref.rollout.name of this rollout."""
@@ -48,17 +55,72 @@ def sample_seed(prompt_ids: list[int], weights_step: int, occurrence: int) -> in
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
+def processed_log_probs(logits: torch.Tensor, temperature: float, top_p: float, top_k: int):
+    """vLLM's sampling distribution as log-probs ([V] from [V] logits): logits / temperature,
+    then top_k (<= 0: all), then top_p (1: all; the fewest most likely tokens whose probability
+    reaches top_p, as vLLM's apply_top_k_top_p: at least one), renormalised; -inf elsewhere.
+    temperature 0 is greedy: log-prob 0 on the argmax."""
+    if temperature <= 0:
+        greedy = torch.full_like(logits, float("-inf"))
+        greedy[logits.argmax()] = 0.0
+        return greedy
+    logits = logits.float() / temperature
+    if 0 < top_k < logits.numel():
+        kth = logits.topk(top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        ascending, order = logits.sort()
+        below = ascending.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
+        below[-1] = False
+        logits = logits.masked_fill(below.scatter(0, order, below), float("-inf"))
+    return torch.log_softmax(logits, dim=-1)
+
+
+def sample_response(
+    model: Any,
+    prompt_ids: list[int],
+    sampling_params: dict[str, Any],
+    budget: int,
+    generator: torch.Generator,
+) -> TokenOutput:
+    """Up to `budget` tokens after `prompt_ids` from `model` at the request's temperature, top_p
+    and top_k (`processed_log_probs`), ending at the model's EOS: stop_reason "completed", or
+    "length" when the budget ran out first."""
+    temperature = float(sampling_params.get("temperature", 1.0))
+    top_p = float(sampling_params.get("top_p", 1.0))
+    top_k = int(sampling_params.get("top_k", -1))
+    ids = torch.tensor([prompt_ids])
+    tokens, log_probs = [], []
+    for _ in range(budget):
+        logp = processed_log_probs(model(ids).logits[0, -1], temperature, top_p, top_k)
+        token = int(torch.multinomial(logp.exp(), 1, generator=generator))
+        tokens.append(token)
+        log_probs.append(float(logp[token]))
+        if token == model.config.eos_token_id:
+            break
+        ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+    stopped = tokens[-1:] == [model.config.eos_token_id]
+    return TokenOutput(
+        token_ids=tokens,
+        log_probs=log_probs,
+        stop_reason="completed" if stopped else "length",
+        extra_fields={},
+    )
+
+
 @ray.remote(num_cpus=0)
 class CpuServer:
     """One replica's model and sampler (module docstring)."""
 
-    def __init__(self, model_path: str, prompt_length: int, response_length: int) -> None:
+    def __init__(
+        self, model_path: str, prompt_length: int, response_length: int, records: bool
+    ) -> None:
         torch.set_num_threads(1)
+        self.records = records  # one replica saves each sync: all receive the same weights
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-        self.eos = self.model.config.eos_token_id
         self.prompt_length, self.response_length = prompt_length, response_length
         self.weights_step = 0
-        self.seen: Counter = Counter()
+        self.occurrences = Occurrences.options(name=OCCURRENCES, get_if_exists=True).remote()
 
     def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> None:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
@@ -66,45 +128,23 @@ class CpuServer:
         if unexpected or set(missing) - tied:
             raise ValueError(f"weight sync: missing {missing}, unexpected {unexpected}")
         self.weights_step = int(global_steps or 0)
-        self.seen.clear()
         folder = os.environ.get(RECORD)
-        if folder:
+        if folder and self.records:
             torch.save(state, os.path.join(folder, f"weights_{self.weights_step}.pt"))
 
     @torch.no_grad()
     def generate(
         self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any], **unused: Any
     ) -> TokenOutput:
-        key = (self.weights_step, tuple(prompt_ids))
+        occurrence = ray.get(self.occurrences.take.remote((self.weights_step, tuple(prompt_ids))))
         generator = torch.Generator().manual_seed(
-            sample_seed(prompt_ids, self.weights_step, self.seen[key])
+            sample_seed(prompt_ids, self.weights_step, occurrence)
         )
-        self.seen[key] += 1
-        temperature = float(sampling_params.get("temperature", 1.0))
-        budget = min(
-            self.response_length, self.prompt_length + self.response_length - len(prompt_ids)
-        )
-        ids = torch.tensor([prompt_ids])
-        tokens, log_probs = [], []
-        for _ in range(budget):
-            logits = self.model(ids).logits[0, -1].float()
-            if temperature > 0:
-                logp = torch.log_softmax(logits / temperature, dim=-1)
-                token = int(torch.multinomial(logp.exp(), 1, generator=generator))
-            else:
-                logp = torch.log_softmax(logits, dim=-1)
-                token = int(logp.argmax())
-            tokens.append(token)
-            log_probs.append(float(logp[token]))
-            if token == self.eos:
-                break
-            ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
-        return TokenOutput(
-            token_ids=tokens,
-            log_probs=log_probs,
-            stop_reason="completed",
-            extra_fields={"global_steps": self.weights_step},
-        )
+        room = self.prompt_length + self.response_length - len(prompt_ids)
+        budget = min(int(sampling_params.get("max_tokens") or self.response_length), room)
+        output = sample_response(self.model, prompt_ids, sampling_params, budget, generator)
+        output.extra_fields["global_steps"] = self.weights_step
+        return output
 
     # verl's replica calls these around every sync and profile; a CPU model has nothing to do
     def wake_up(self) -> None: ...
@@ -152,7 +192,10 @@ class CpuReplica(RolloutReplica):
 
     async def launch_servers(self) -> None:
         server = CpuServer.options(name=server_name(self.replica_rank) + self.name_suffix).remote(
-            self.model_config.path, self.config.prompt_length, self.config.response_length
+            self.model_config.path,
+            self.config.prompt_length,
+            self.config.response_length,
+            self.replica_rank == 0,
         )
         self.servers = [server]
         self._server_handle = server

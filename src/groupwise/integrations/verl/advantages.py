@@ -121,12 +121,14 @@ def targets_for_rows(
     old_log_probs: Tensor | None = None,
     rollout_log_probs: Tensor | None = None,
     correct: Tensor | None = None,
+    unpaired: Tensor | None = None,
 ) -> tuple[GroupTargets, Tensor]:
     """groupwise's targets (group-major) of verl's rows and the group-major order of those rows,
     through `built`'s Algorithm: see the module docstring. index: [B] uid, in groups of
     built.group_size. old_log_probs / rollout_log_probs: [B, T] per-token log-probs of the
     responses (nats), the first one given is used. correct: [B] bool, the reward's own
-    correctness (else read from the score, `group_rewards`)."""
+    correctness (else read from the score, `group_rewards`). unpaired: [B] bool, rows that form
+    no AMIR pair (masked out of the loss: mask_truncated)."""
     order, size = group_order(index)
     built.check_group_size(size)
     algorithm, estimator = built.algorithm, built.estimator
@@ -153,7 +155,11 @@ def targets_for_rows(
         lengths=mask.sum(dim=-1),
         correct=correct,
     )
-    targets = algorithm.targets(batch, coefficients=mean_logp is not None)
+    targets = algorithm.targets(
+        batch,
+        coefficients=mean_logp is not None,
+        unpaired=None if unpaired is None else unpaired[order],
+    )
     return targets, order
 
 
@@ -176,6 +182,12 @@ def verl_estimator(name: str) -> VerlEstimator:
                 f"algorithm.adv_estimator={ESTIMATOR_PREFIX}{name} needs verl's uid per response"
             )
         built = algorithm_for(config, name, group_order(index)[1])
+        if built.verl.mask_truncated:
+            raise ValueError(
+                f"algorithm.groupwise.mask_truncated=true needs trainer.v1.trainer_mode=groupwise: "
+                f"verl's own trainers give algorithm.adv_estimator={ESTIMATOR_PREFIX}{name} no way "
+                "to take responses out of the loss"
+            )
         targets, order = targets_for_rows(
             built, token_level_rewards, response_mask, index, old_log_probs, rollout_log_probs
         )

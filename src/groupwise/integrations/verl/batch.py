@@ -43,13 +43,15 @@ def batch_fields(
     index: Any,
     old_log_probs: Tensor | None = None,
     correct: Tensor | None = None,
+    truncated: Tensor | None = None,
 ) -> BatchFields:
     """groupwise's fields of one verl training batch (module docstring), through the run's
     algorithm `built`: token_level_rewards and response_mask [B, T], index [B] uid (groups of
     built.group_size), old_log_probs [B, T] (needed by AMIR and LENS), correct [B] bool (the
-    reward's own correctness; else the score's)."""
+    reward's own correctness; else the score's), truncated [B] bool (responses cut at the length
+    limit, which form no AMIR pair: the caller masks them out of the loss)."""
     targets, order = targets_for_rows(
-        built, token_level_rewards, response_mask, index, old_log_probs, None, correct
+        built, token_level_rewards, response_mask, index, old_log_probs, None, correct, truncated
     )
     algorithm, group_size = built.algorithm, built.group_size
     rows = order.numel()
@@ -67,6 +69,8 @@ def batch_fields(
         all_wrong = kinds["all_wrong"]
         moved = targets.advantages.reshape(-1, group_size).ne(0).any(dim=1) & all_wrong
         metrics["groupwise/groups/all_wrong_with_gradient"] = float(moved.float().mean())
+    if truncated is not None:
+        metrics["groupwise/truncated"] = float(truncated.float().mean())
     weights, pref_loss = None, None
     if algorithm.pair_settings is not None:
         weights = torch.empty(rows)

@@ -70,6 +70,15 @@ class VerlOptions:
         "Added to the std (verl's grpo: 1e-6). docs/algorithms.md §1.",
         gt=0,
     )
+    mask_truncated: bool = option(
+        False,
+        """DAPO's overlong filtering (TRL's mask_truncated_completions): responses that fill
+        actor_rollout_ref.rollout.response_length leave the loss (their response_mask is
+        zeroed, so verl's loss aggregation counts none of their tokens) and form no AMIR pair;
+        they still count in their group's statistics. Only in groupwise's trainer mode
+        (trainer.v1.trainer_mode=groupwise): verl's own trainers give an estimator no way to
+        change the mask. docs/algorithms.md, "Overlong completions".""",
+    )
 
 
 def _fields(kind: type) -> set[str]:

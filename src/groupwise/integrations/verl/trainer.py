@@ -14,7 +14,9 @@ step:
 - `_compute_advantage` builds groupwise's group rewards from what verl's own method fetches
   (uid, response mask, scores, old log-probs; the reward's correctness key where one is named)
   and writes verl's advantages plus AMIR's per-row weights (`loss.COEFFICIENTS`, lambda folded
-  in) back to TransferQueue, and groupwise's metrics into verl's metrics dict;
+  in) back to TransferQueue, and groupwise's metrics into verl's metrics dict; with
+  `algorithm.groupwise.mask_truncated`, the response and loss masks without the responses
+  that fill rollout.response_length (DAPO's overlong filtering);
 - with AMIR, the actor's loss is `loss.amir_ppo_loss` (verl's `ppo_loss` plus the AMIR term,
   the same gradient for any micro-batch split), set through the worker's `set_loss_fn`, and
   the adaptive lambda is updated on the driver after each actor update from verl's logged
@@ -144,6 +146,9 @@ class GroupwiseTrainer(PPOTrainerSync):
         real = real_rows(batch)
         scores = data.batch["rm_scores"]
         mask = data.batch["response_mask"]
+        truncated = None
+        if self.built.verl.mask_truncated:
+            truncated = mask.sum(dim=-1) >= self.config.actor_rollout_ref.rollout.response_length
         groupwise = batch_fields(
             self.built,
             scores[real],
@@ -151,6 +156,7 @@ class GroupwiseTrainer(PPOTrainerSync):
             uid[real.numpy()],
             data.batch["old_log_probs"][real],
             None if extra is None else correctness(extra, self.correctness_key, real),
+            None if truncated is None else truncated[real],
         )
         metrics.update(groupwise.metrics)
         self._pref_loss, self._observed = groupwise.pref_loss, True
@@ -165,12 +171,18 @@ class GroupwiseTrainer(PPOTrainerSync):
             weights = torch.zeros(len(batch), dtype=torch.float32)
             weights[real] = groupwise.weights
             output[COEFFICIENTS] = weights
-        if correction:
-            output["response_mask"] = response_to_nested(data.batch["response_mask"], response_mask)
-            if "rollout_is_weights" in data.batch:
-                output["rollout_is_weights"] = response_to_nested(
-                    data.batch["rollout_is_weights"], response_mask
-                )
+        if truncated is not None:
+            mask = mask * ~truncated.unsqueeze(-1)
+            # verl's actor counts a token-mean's tokens from the loss mask the agent loop wrote
+            # (a copy of the response mask): the cut responses' tokens leave that count too, as
+            # they leave groupwise's and TRL's
+            output["loss_mask"] = response_to_nested(mask, response_mask)
+        if correction or truncated is not None:
+            output["response_mask"] = response_to_nested(mask, response_mask)
+        if correction and "rollout_is_weights" in data.batch:
+            output["rollout_is_weights"] = response_to_nested(
+                data.batch["rollout_is_weights"], response_mask
+            )
         return tq.kv_batch_put(
             keys=batch.keys,
             partition_id=batch.partition_id,
