@@ -23,8 +23,12 @@ make_env() {
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "$uv_pin"
     # shellcheck disable=SC2086  # $first: one pin a line
     "$venv/bin/uv" pip install --quiet --python "$venv/bin/python" "${find_links[@]}" $first
+    # --compile-bytecode: every installed module's .pyc, written once here. Where
+    # PYTHONDONTWRITEBYTECODE is set (these machines set it) no process caches what it compiles,
+    # so without them each one compiles torch, transformers and verl again: importing verl took
+    # 13.2 s without them and 6.1 s with (CONTRIBUTING.md, "The environments").
     "$venv/bin/uv" pip sync --quiet --python "$venv/bin/python" "${find_links[@]}" \
-        --no-build-isolation "$lock"
+        --no-build-isolation --compile-bytecode "$lock"
     "$venv/bin/python" scripts/check_lock.py "$lock"
     echo "$want" > "$stamp"
 }
