@@ -384,7 +384,7 @@ def test_groupwise_grpo_under_verl_async_trainer(runs) -> None:
     trained on are groupwise's own, and the weights move. The estimators that need the rollout
     policy's log-probs (LENS, AMIR's coefficients) refuse there in one line naming the trainer
     mode that passes them: verl's async trainers compute advantages with the base trainer's
-    method, whose compute_advantage passes none (test_verl_integration.py has the refusal)."""
+    method, whose compute_advantage passes none (test_verl_trainer.py has the refusal at start)."""
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 

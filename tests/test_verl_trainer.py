@@ -19,6 +19,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl_support import verl_config
 
 from groupwise.algorithms import AlgorithmOptions, GroupRewards, RewardFacts
+from groupwise.integrations.verl.advantages import check_verl_trainer
 from groupwise.integrations.verl.loss import COEFFICIENTS, amir_row_weights
 from groupwise.integrations.verl.trainer import GroupwiseTrainer
 from groupwise.shipped_models import smollm2_tokenizer_dir
@@ -258,6 +259,41 @@ def test_a_bad_option_is_one_line_before_any_worker_starts(overrides, message) -
     with pytest.raises(ValueError, match=message) as error:
         get_trainer_cls("groupwise")(config)  # __init__ only: _setup starts the workers
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("mode", ["sync", "colocate_async"])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["algorithm.adv_estimator=groupwise_lens"], r"=groupwise_lens needs the rollout polic"),
+        (
+            ["algorithm.adv_estimator=groupwise_grpo", "+algorithm.groupwise.amir=true"],
+            r"=groupwise_grpo needs the rollout policy's log-probs \(LENS's confidences, AMIR's",
+        ),
+        (
+            ["algorithm.adv_estimator=groupwise_grpo", "+algorithm.groupwise.mask_truncated=true"],
+            r"^algorithm\.groupwise\.mask_truncated=true needs trainer\.v1\.trainer_mode=groupw",
+        ),
+        (
+            ["algorithm.adv_estimator=groupwise_grpo", "+algorithm.groupwise.lens_alpha=-1"],
+            r"^algorithm\.groupwise\.lens_alpha must be",
+        ),
+    ],
+)
+def test_verl_own_trainers_refuse_what_they_cannot_run_at_start(mode, options, message) -> None:
+    """verl's own v1 trainers (built by name, as main_ppo does) refuse a groupwise estimator
+    whose options need groupwise's trainer mode in their __init__, before any worker starts,
+    in one line naming the mode that runs them."""
+    config = trainer_config(*options)
+    config.trainer.v1.trainer_mode = mode
+    with pytest.raises(ValueError, match=message) as error:
+        get_trainer_cls(mode)(config)
+    assert "\n" not in str(error.value)
+
+
+def test_what_verl_own_trainers_can_run_passes_the_start_check() -> None:
+    check_verl_trainer(trainer_config("algorithm.adv_estimator=groupwise_grpo"))
+    check_verl_trainer(trainer_config("algorithm.adv_estimator=grpo"))
 
 
 def test_lambda_is_updated_on_the_driver_from_verl_logged_pg_loss(transfer_queue) -> None:

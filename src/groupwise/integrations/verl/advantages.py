@@ -138,13 +138,7 @@ def targets_for_rows(
     if token_logps is not None:
         mean_logp = sequence_mean_logp(token_logps.detach().float(), mask)
     elif algorithm.needs_rollout_logp:
-        raise ValueError(
-            f"algorithm.adv_estimator={ESTIMATOR_PREFIX}{estimator} needs the rollout policy's "
-            "log-probs, which verl 0.9.1's compute_advantage does not pass to an estimator "
-            "(verl#7473): use trainer.v1.trainer_mode=groupwise, whose _compute_advantage "
-            "passes them (verl's own sync and asynchronous trainers run the estimators that need "
-            "none, as groupwise_grpo)"
-        )
+        raise ValueError(needs_log_probs(estimator))
     batch = group_rewards(
         token_level_rewards.sum(dim=-1),
         order,
@@ -161,6 +155,43 @@ def targets_for_rows(
         unpaired=None if unpaired is None else unpaired[order],
     )
     return targets, order
+
+
+def needs_log_probs(estimator: str) -> str:
+    """Why verl's own trainers cannot run groupwise estimator `estimator` with its options."""
+    return (
+        f"algorithm.adv_estimator={ESTIMATOR_PREFIX}{estimator} needs the rollout policy's "
+        "log-probs (LENS's confidences, AMIR's coefficients), which verl 0.9.1's "
+        "compute_advantage does not pass to an estimator (verl#7473): use "
+        "trainer.v1.trainer_mode=groupwise, whose _compute_advantage passes them (verl's own sync "
+        "and asynchronous trainers run the estimators that need none, as groupwise_grpo)"
+    )
+
+
+def masks_nothing(estimator: str) -> str:
+    """Why verl's own trainers cannot run mask_truncated."""
+    return (
+        f"{verl_name('mask_truncated')}=true needs trainer.v1.trainer_mode=groupwise: verl's own "
+        f"trainers give algorithm.adv_estimator={ESTIMATOR_PREFIX}{estimator} no way to take "
+        "responses out of the loss"
+    )
+
+
+def check_verl_trainer(config: Any) -> None:
+    """Before one of verl's own trainers starts a worker (its __init__; the trainer mode
+    `groupwise` checks its own): a groupwise estimator's options are checked (AlgorithmOptions.
+    build at G = rollout.n, one line naming the key), and what verl's trainers cannot run is
+    refused in one line: an estimator or AMIR that needs the rollout policy's log-probs, and
+    mask_truncated. verl's full config; other estimators pass."""
+    estimator = str(config.algorithm.adv_estimator)
+    name = estimator.removeprefix(ESTIMATOR_PREFIX)
+    if not estimator.startswith(ESTIMATOR_PREFIX) or name not in ADVANTAGE_ESTIMATORS:
+        return
+    built = build_algorithm(config.algorithm, name, int(config.actor_rollout_ref.rollout.n))
+    if built.algorithm.needs_rollout_logp:
+        raise ValueError(needs_log_probs(name))
+    if built.verl.mask_truncated:
+        raise ValueError(masks_nothing(name))
 
 
 def verl_estimator(name: str) -> VerlEstimator:
@@ -183,11 +214,7 @@ def verl_estimator(name: str) -> VerlEstimator:
             )
         built = algorithm_for(config, name, group_order(index)[1])
         if built.verl.mask_truncated:
-            raise ValueError(
-                f"algorithm.groupwise.mask_truncated=true needs trainer.v1.trainer_mode=groupwise: "
-                f"verl's own trainers give algorithm.adv_estimator={ESTIMATOR_PREFIX}{name} no way "
-                "to take responses out of the loss"
-            )
+            raise ValueError(masks_nothing(name))
         targets, order = targets_for_rows(
             built, token_level_rewards, response_mask, index, old_log_probs, rollout_log_probs
         )

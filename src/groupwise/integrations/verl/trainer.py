@@ -21,13 +21,18 @@ step:
   the same gradient for any micro-batch split), set through the worker's `set_loss_fn`, and
   the adaptive lambda is updated on the driver after each actor update from verl's logged
   `actor/pg_loss` and the batch's L_pref, saved with verl's checkpoints (`groupwise.json`).
+
+verl's own v1 trainers get one check at their start (`refusing_at_start` around verl's
+PPOTrainer.__init__): a groupwise estimator whose options they cannot run (LENS, AMIR,
+mask_truncated) is refused in one line before any worker starts, not at the first step.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from functools import partial
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,12 +43,13 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.protocol import DataProto
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
-from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer, register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import response_to_nested
 
 from groupwise.algorithms import ADVANTAGE_ESTIMATORS
+from groupwise.integrations.verl.advantages import check_verl_trainer
 from groupwise.integrations.verl.batch import batch_fields, observe_losses
 from groupwise.integrations.verl.loss import COEFFICIENTS, amir_ppo_loss
 from groupwise.integrations.verl.options import (
@@ -124,11 +130,11 @@ class GroupwiseTrainer(PPOTrainerSync):
         if self.amir:
             self.actor_rollout_wg.set_loss_fn(self.actor_loss())
 
-    def actor_loss(self) -> partial:
+    def actor_loss(self) -> functools.partial:
         """amir_ppo_loss bound to verl's ActorConfig of actor_rollout_ref.actor, as verl's worker
         binds its own ppo_loss (its clip ratios, loss_agg_mode, KL loss settings hold)."""
         actor = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
-        return partial(amir_ppo_loss, config=actor)
+        return functools.partial(amir_ppo_loss, config=actor)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs"]
@@ -232,6 +238,23 @@ class GroupwiseTrainer(PPOTrainerSync):
             )
         with open(path) as handle:
             self.algorithm.lambda_reg.load_state_dict(json.load(handle)["lambda_reg"])
+
+
+def refusing_at_start(verl_init: Callable[..., None]) -> Callable[..., None]:
+    """verl's PPOTrainer.__init__ that first runs `check_verl_trainer` for verl's own trainers
+    (sync, colocate_async, separate_async: before any worker starts); GroupwiseTrainer has its
+    own check_config."""
+
+    @functools.wraps(verl_init)
+    def init(self: PPOTrainer, config: Any, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(self, GroupwiseTrainer):
+            check_verl_trainer(config)
+        verl_init(self, config, *args, **kwargs)
+
+    return init
+
+
+PPOTrainer.__init__ = refusing_at_start(PPOTrainer.__init__)
 
 
 def resumed_folder(trainer: Any, global_steps: int) -> str:
