@@ -13,9 +13,9 @@ transformers engine, over one `vllm.LLM` in the training process (colocate).
   transformers engine's do, and are decoded by the policy's tokenizer.
 - Log-probs: vLLM's log-probs of the sampled tokens after temperature and top-p
   (`logprobs_mode="processed_logprobs"`: the distribution it drew from) come back as
-  `Rollouts.sampler_logp`. The trainer's loss never uses them as its old policy
-  (docs/algorithms.md §1); they measure the mismatch and feed the optional importance
-  correction (groupwise.algorithms.importance).
+  `Rollouts.sampler_logp`. They measure the mismatch and feed the optional importance
+  correction (groupwise.algorithms.importance); with `rollout.logp_old: sampler` (top_p 1) they
+  are logp_old itself, in place of the trainer's own pass (docs/algorithms.md §1).
 - Threads: the engine runs on this process's cores (groupwise.rollout.vllm_cpu, in process).
 """
 

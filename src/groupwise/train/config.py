@@ -196,6 +196,16 @@ class RolloutConfig:
         3.0).""",
         ge=1,
     )
+    logp_old: Literal["recompute", "sampler"] = option(
+        "recompute",
+        """Where logp_old, the rollout policy's per-token log-probs, comes from (LENS's
+        confidences, AMIR's l_old, the ratio of mini-batches 2..M): recompute (the trainer's own
+        pass over the completions; where the targets need every row's before the first update,
+        a no-grad pass) | sampler (the vllm engine's log-probs of the tokens it drew, from the
+        weights being trained: no such pass; needs rollout.engine=vllm, top_p 1, no importance
+        correction). The trainer's and the sampler's log-probs are compared either way
+        (sampling_logp_difference). docs/algorithms.md, "Where logp_old comes from".""",
+    )
     vllm_memory: float = option(
         0.3,
         """vllm only: the share of the accelerator's memory vLLM takes for weights and KV cache

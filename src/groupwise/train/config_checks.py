@@ -86,6 +86,19 @@ def check_engine_options(rollout: RolloutConfig) -> None:
             "rollout.importance_correction corrects for the vllm engine's sampler; it needs "
             "rollout.engine=vllm"
         )
+    if rollout.logp_old == "sampler":
+        why = []
+        if rollout.engine == "transformers":
+            why.append("rollout.engine=vllm (the transformers engine returns none)")
+        if rollout.top_p < 1:
+            why.append(
+                f"rollout.top_p=1 (at {rollout.top_p} the sampler's are of the nucleus it drew "
+                "from, not the policy's)"
+            )
+        if rollout.importance_correction:
+            why.append("rollout.importance_correction=false (it compares the two)")
+        if why:
+            raise ConfigError(f"rollout.logp_old=sampler needs {' and '.join(why)}")
     copy_dtype = rollout.engine == "transformers" and rollout.dtype != "auto"
     if copy_dtype and not rollout.inference_copy:
         raise ConfigError(

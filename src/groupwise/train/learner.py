@@ -55,12 +55,16 @@ class MicroBatchResult:
     """What one micro-batch's loss computed. rows: its rows of this process's batch. loss: its
     part of the update (weighted loss with gradient, metrics) for the updater. old_logp:
     [rows, T] its rows' rollout-policy log-probs (on the step's first update, from its own
-    training pass where no earlier pass recorded them). targets: the targets its loss used."""
+    training pass where no earlier pass recorded them). targets: the targets its loss used.
+    policy_logp: [rows, T] its training pass's log-probs (detached, CPU) on the step's first
+    update, which runs at the rollout policy, where logp_old is the sampler's (they measure the
+    gap); None otherwise."""
 
     rows: slice
     loss: MicroBatchLoss
     old_logp: torch.Tensor
     targets: GroupTargets
+    policy_logp: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,9 @@ class LearnSettings:
     mini-batches M and epochs per step, the KL weight gamma, the aggregation, the loss terms'
     settings, whether to measure the all-wrong rows' gradient, and the cap of the importance
     correction against the sampler's log-probs (None: off; groupwise.algorithms.importance), and
-    whether truncated completions leave the loss (docs/algorithms.md, "Overlong completions")."""
+    whether truncated completions leave the loss (docs/algorithms.md, "Overlong completions"),
+    and whether logp_old is the sampler's log-probs (rollout.logp_old=sampler) rather than the
+    trainer's own."""
 
     group_size: int
     micro_batch_size: int
@@ -139,6 +145,7 @@ class LearnSettings:
     log_all_wrong_gradient: bool
     importance_cap: float | None = None
     mask_truncated: bool = False
+    logp_old_from_sampler: bool = False
 
 
 class Learner:
@@ -172,6 +179,11 @@ class Learner:
         )
         # the first update ran at the rollout policy: its passes give its rows' logp_old
         recorded = old.with_passes((r.rows, r.old_logp) for r in first.micro_batches)
+        trainer_logp = recorded
+        if s.logp_old_from_sampler:  # logp_old is the sampler's: its passes measure the gap
+            trainer_logp = RolloutLogprobs.empty(*old.values.shape).with_passes(
+                (r.rows, r.policy_logp) for r in first.micro_batches
+            )
         state = replace(state, old=recorded)
         later = [
             self._update(state, self._plan(state, rows, on_policy=False, first_use=epoch == 0))
@@ -182,19 +194,20 @@ class Learner:
         return Learned(
             self.targets.of_step(state, [r.targets for r in first.micro_batches]),
             [first.metrics, *(update.metrics for update in later)],
-            self._sampler_difference(state),
+            self._sampler_difference(state.batch.rollouts, trainer_logp),
             seconds_old_policy=seconds_old_policy,
         )
 
-    def _sampler_difference(self, state: StepState) -> dict[str, float]:
-        """|logp_old - the sampler's log-prob| over the completion tokens (mean over every
-        process's tokens, max over this process's), where the rollouts carry the sampler's
-        log-probs."""
-        rollouts = state.batch.rollouts
+    def _sampler_difference(
+        self, rollouts: Rollouts, trainer_logp: RolloutLogprobs
+    ) -> dict[str, float]:
+        """|the trainer's log-prob at the rollout policy - the sampler's| over the completion
+        tokens of the rows the trainer computed (mean over every process's tokens, max over this
+        process's), where the rollouts carry the sampler's log-probs."""
         if rollouts.sampler_logp is None:
             return {}
-        mask = rollouts.completion_mask.bool() & state.old.recorded[:, None]
-        found = sampling_logp_difference(state.old.values, rollouts.sampler_logp, mask)
+        mask = rollouts.completion_mask.bool() & trainer_logp.recorded[:, None]
+        found = sampling_logp_difference(trainer_logp.values, rollouts.sampler_logp, mask)
         tokens = int(mask.sum())
         total, all_tokens = self.dist.sum([found["mean"] * tokens, tokens])
         return {
@@ -206,7 +219,8 @@ class Learner:
         self, rollouts: Rollouts, minibatches: list[slice]
     ) -> tuple[RolloutLogprobs, RolloutPass | None, float]:
         """logp_old of the rows the targets need before their first training pass
-        (train.step_targets), from one no-grad pass; the training pass that gave them instead,
+        (train.step_targets), from one no-grad pass (every row's from the sampler's log-probs
+        with rollout.logp_old=sampler: no pass); the training pass that gave them instead,
         where the step is one update of one micro-batch (None otherwise); and the no-grad
         pass's seconds (0 without one).
 
@@ -214,6 +228,10 @@ class Learner:
         rollout policy, so it is run first, with gradient, gives logp_old, and its loss reuses
         it (the no-grad pass, a third of an update, is not needed)."""
         old = RolloutLogprobs.empty(len(rollouts), rollouts.completion_ids.shape[1])
+        if self.settings.logp_old_from_sampler:
+            if rollouts.sampler_logp is None:
+                raise RuntimeError("rollout.logp_old=sampler: no sampler log-probs came back")
+            return old.with_passes([(slice(None), rollouts.sampler_logp)]), None, 0.0
         upfront = self.targets.upfront(minibatches)
         if upfront and upfront == minibatches and self._micro_batches(upfront[0]) == upfront:
             first = RolloutPass(upfront[0], self.passes.logprobs(rollouts, upfront[0]))
@@ -301,7 +319,9 @@ class Learner:
         self._probe_all_wrong(state.batch, micro, inputs, plan)
         # max: with algorithm.mask_truncated an update may have no token left in its loss
         metrics = micro_batch_metrics(terms, mine, share, int(mask.sum()) / max(tokens, 1))
-        return MicroBatchResult(micro, MicroBatchLoss(loss, metrics), old, mine)
+        measures_gap = plan.on_policy and s.logp_old_from_sampler
+        policy_logp = logp.detach().cpu() if measures_gap else None
+        return MicroBatchResult(micro, MicroBatchLoss(loss, metrics), old, mine, policy_logp)
 
     def _loss_mask(self, rollouts: Rollouts, rows: slice) -> torch.Tensor:
         """[rows, T] bool: the completion tokens the loss sees; none of a truncated completion's

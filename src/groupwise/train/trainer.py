@@ -467,6 +467,7 @@ def _learn_settings(cfg: Config) -> LearnSettings:
         log_all_wrong_gradient=cfg.train.log_all_wrong_gradient,
         importance_cap=rollout.importance_cap if rollout.importance_correction else None,
         mask_truncated=algo.mask_truncated,
+        logp_old_from_sampler=rollout.logp_old == "sampler",
     )
 
 
