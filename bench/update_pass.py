@@ -1,5 +1,7 @@
 """The training forward and backward pass on a CPU, with glibc's default malloc and with
-freed memory kept (groupwise.train.host_memory, what `groupwise train` sets on a CPU).
+freed memory kept (groupwise.train.host_memory, what `groupwise train` sets on a CPU), in float32
+and under bfloat16 autocast (`train.precision=bfloat16`: float32 weights and LoRA, the matmuls
+in bfloat16, the log-softmax of the sampled tokens in float32).
 
 SmolLM2-135M-Instruct + LoRA 16/16 (float32, all linear layers), the update of the
 vLLM-vs-TRL bench: 2 prompts of 266 tokens x 8 completions of 128 tokens (random ids),
@@ -25,11 +27,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_average, markdown_table, median, write_results
 
-VARIANTS = {"glibc default": False, "freed memory kept": True}
+VARIANTS = {
+    "glibc default": (False, "float32"),
+    "freed memory kept": (True, "float32"),
+    "freed memory kept, bfloat16": (True, "bfloat16"),
+}
+"""name -> (freed memory kept, train.precision)."""
 
 
-def measure(keep: bool, repeats: int) -> list[tuple[float, float]]:
+def measure(keep: bool, precision: str, repeats: int) -> list[tuple[float, float]]:
     """(forward s, backward s) of `repeats` passes after one warm-up, in this process."""
+    import contextlib
+
     import torch
 
     from groupwise.completion_logprobs import completion_logprobs
@@ -49,11 +58,17 @@ def measure(keep: bool, repeats: int) -> list[tuple[float, float]]:
     completions = torch.randint(0, vocab, (16, 128))
     completion_mask = torch.ones(16, 128, dtype=torch.long)
     times = []
+    autocast = (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if precision == "bfloat16"
+        else contextlib.nullcontext()
+    )
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        logp = completion_logprobs(
-            model, prompts, prompt_mask, completions, completion_mask, group_size=8
-        )
+        with autocast:
+            logp = completion_logprobs(
+                model, prompts, prompt_mask, completions, completion_mask, group_size=8
+            )
         middle = time.perf_counter()
         logp.sum().backward()
         times.append((middle - start, time.perf_counter() - middle))
@@ -71,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--child", choices=list(VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(VARIANTS[args.child], args.repeats)))
+        print(json.dumps(measure(*VARIANTS[args.child], args.repeats)))
         return
     before = load_average()
     passes: dict[str, list[tuple[float, float]]] = {
@@ -98,12 +113,12 @@ def main(argv: list[str] | None = None) -> None:
         for name, times in passes.items()
     ]
     table = markdown_table(
-        ["code", "malloc", "passes", "forward (s)", "backward (s)", "forward + backward (s)"],
+        ["code", "variant", "passes", "forward (s)", "backward (s)", "forward + backward (s)"],
         rows,
     )
     write_results(
         "update_pass",
-        "The training forward + backward pass on a CPU, with and without freed memory kept",
+        "The training forward + backward pass on a CPU: malloc and precision",
         [("Medians", table)],
         load_before=before,
     )

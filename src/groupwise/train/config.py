@@ -458,6 +458,14 @@ class TrainConfig:
         only: the update is the same for any value.""",
         ge=1,
     )
+    precision: Literal["float32", "bfloat16"] = option(
+        "float32",
+        """The training passes' precision: float32 | bfloat16 (torch.autocast: the matmuls in
+        bfloat16, on CPUs with AMX or avx512_bf16 and on GPUs; the weights, LoRA adapters and
+        optimizer state stay in model.dtype, which must be float32, and the log-softmax of the
+        sampled tokens and the loss reductions in float32). docs/guides/train.md, "Mixed
+        precision".""",
+    )
     seed: int = option(
         0,
         """Seed of the question order, the sampling streams and the global RNGs.""",

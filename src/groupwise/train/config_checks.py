@@ -37,6 +37,12 @@ def check_config(c: Config) -> None:
     if not c.train.output_dir.strip():
         raise ConfigError("train.output_dir is empty: name the run folder")
     _check_dapo(c)
+    if c.train.precision == "bfloat16" and c.model.dtype != "float32":
+        raise ConfigError(
+            f"train.precision=bfloat16 runs float32 weights' passes in bfloat16; with "
+            f"model.dtype={c.model.dtype} the weights themselves are {c.model.dtype}: set "
+            "model.dtype=float32 (or train.precision=float32)"
+        )
     _check_device_name(c.model.device)
     if c.model.lora:
         _check_target_modules(c.model.lora_target_modules)

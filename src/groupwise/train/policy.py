@@ -10,6 +10,8 @@ sampling temperature (docs/algorithms.md §1); each group's prompt runs through 
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -50,7 +52,8 @@ class PolicyLogprobs:
 
     model: the policy; device: where it runs; group_size: G; temperature: the sampling
     temperature the log-probs are taken at; reference: whether `reference` passes run (a KL
-    term or AMIR with a reference, docs/algorithms.md §1-2)."""
+    term or AMIR with a reference, docs/algorithms.md §1-2); autocast: the dtype the passes run
+    their matmuls in under torch.autocast (train.precision; None: the model's own)."""
 
     def __init__(
         self,
@@ -59,23 +62,30 @@ class PolicyLogprobs:
         group_size: int,
         temperature: float,
         reference: bool,
+        autocast: torch.dtype | None = None,
     ) -> None:
-        self.model, self.device = model, device
+        self.model, self.device, self.autocast = model, device, autocast
         self.group_size, self.temperature, self.needs_reference = group_size, temperature, reference
 
     def logprobs(self, rollouts: Rollouts, rows: slice) -> torch.Tensor:
-        """Token log-probs [rows, T] of whole groups of completions under the policy (with
-        gradient unless the caller disabled it); each group's prompt runs once."""
+        """Token log-probs [rows, T] (float32) of whole groups of completions under the policy
+        (with gradient unless the caller disabled it); each group's prompt runs once."""
         prompts = slice(rows.start // self.group_size, rows.stop // self.group_size)
-        return completion_logprobs(
-            self.model,
-            rollouts.prompt_ids[prompts].to(self.device),
-            rollouts.prompt_mask[prompts].to(self.device),
-            rollouts.completion_ids[rows].to(self.device),
-            rollouts.completion_mask[rows].to(self.device),
-            temperature=self.temperature,
-            group_size=self.group_size,
+        precision = (
+            torch.autocast(self.device.type, dtype=self.autocast)
+            if self.autocast is not None
+            else contextlib.nullcontext()
         )
+        with precision:
+            return completion_logprobs(
+                self.model,
+                rollouts.prompt_ids[prompts].to(self.device),
+                rollouts.prompt_mask[prompts].to(self.device),
+                rollouts.completion_ids[rows].to(self.device),
+                rollouts.completion_mask[rows].to(self.device),
+                temperature=self.temperature,
+                group_size=self.group_size,
+            )
 
     def reference(self, rollouts: Rollouts, rows: slice) -> torch.Tensor | None:
         """Token log-probs [rows, T] under the reference policy (the adapter disabled), when a

@@ -151,6 +151,7 @@ class Trainer:
             cfg.rollout.group_size,
             cfg.rollout.temperature,
             reference=algorithm.needs_reference,
+            autocast=torch.bfloat16 if cfg.train.precision == "bfloat16" else None,
         )
         return Learner(
             _learn_settings(cfg), algorithm, targets, self.passes, self.updater, self.dist
