@@ -177,18 +177,7 @@ class GroupwiseTrainer(PPOTrainerSync):
             weights = torch.zeros(len(batch), dtype=torch.float32)
             weights[real] = groupwise.weights
             output[COEFFICIENTS] = weights
-        if truncated is not None:
-            mask = mask * ~truncated.unsqueeze(-1)
-            # verl's actor counts a token-mean's tokens from the loss mask the agent loop wrote
-            # (a copy of the response mask): the cut responses' tokens leave that count too, as
-            # they leave groupwise's and TRL's
-            output["loss_mask"] = response_to_nested(mask, response_mask)
-        if correction or truncated is not None:
-            output["response_mask"] = response_to_nested(mask, response_mask)
-        if correction and "rollout_is_weights" in data.batch:
-            output["rollout_is_weights"] = response_to_nested(
-                data.batch["rollout_is_weights"], response_mask
-            )
+        output.update(mask_fields(data, correction, truncated, response_mask))
         return tq.kv_batch_put(
             keys=batch.keys,
             partition_id=batch.partition_id,
@@ -266,6 +255,27 @@ def resumed_folder(trainer: Any, global_steps: int) -> str:
     else:
         folder = os.path.join(str(trainer.default_local_dir), f"global_step_{global_steps}")
     return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+
+def mask_fields(
+    data: DataProto, correction: bool, truncated: torch.Tensor | None, layout: Any
+) -> dict[str, Any]:
+    """The masks to write back to TransferQueue, nested as `layout` (the response mask verl
+    stored): verl's rollout correction's response mask and IS weights where it ran, and without
+    the truncated rows' tokens ([B] bool, mask_truncated) in the response and loss masks."""
+    output = {}
+    mask = data.batch["response_mask"]
+    if truncated is not None:
+        mask = mask * ~truncated.unsqueeze(-1)
+        # verl's actor counts a token-mean's tokens from the loss mask the agent loop wrote (a
+        # copy of the response mask): the cut responses' tokens leave that count too, as they
+        # leave groupwise's and TRL's
+        output["loss_mask"] = response_to_nested(mask, layout)
+    if correction or truncated is not None:
+        output["response_mask"] = response_to_nested(mask, layout)
+    if correction and "rollout_is_weights" in data.batch:
+        output["rollout_is_weights"] = response_to_nested(data.batch["rollout_is_weights"], layout)
+    return output
 
 
 def real_rows(batch: KVBatchMeta) -> torch.Tensor:
