@@ -30,7 +30,7 @@ from common import load_average, markdown_table, median, write_results
 VARIANTS = {
     "glibc default": (False, "float32"),
     "freed memory kept": (True, "float32"),
-    "freed memory kept, bfloat16": (True, "bfloat16"),
+    "freed memory kept + bfloat16 autocast": (True, "bfloat16"),
 }
 """name -> (freed memory kept, train.precision)."""
 
