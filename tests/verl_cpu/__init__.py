@@ -5,7 +5,7 @@ verl's own hook, `VERL_USE_EXTERNAL_MODULES=verl_cpu.plugin` with `tests/` on PY
 `VERL_PLATFORM=cpu`: `import verl` imports it before any entry point. `host` registers the CPU
 platform, the FSDP engines for it and a gloo-only process group; `rollout` registers the
 rollout `hf_cpu`, a token-in token-out server that samples from the actor's own weights with
-transformers; `record` saves what each step's update consumed; `run` starts verl's
-`main_ppo` with them and reads back what it logged and wrote. Importing the package itself
-changes nothing in verl.
+transformers (`occurrences` counts each prompt's requests over its replicas); `record` saves
+what each step's update consumed; `run` starts verl's `main_ppo` with them and reads back what
+it logged and wrote. Importing the package itself changes nothing in verl.
 """
