@@ -169,6 +169,16 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def chosen_variants(parser: argparse.ArgumentParser, text: str, known: Sequence[str]) -> list[str]:
+    """The names of a comma-separated --variants value, in order; an unknown one is the parser's
+    error naming the known ones."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; known: {list(known)}")
+    return names
+
+
 def parse_with_threads(
     parser: argparse.ArgumentParser, argv: list[str] | None
 ) -> argparse.Namespace:

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, load_average, markdown_table, write_results
+from common import REPO, chosen_variants, load_average, markdown_table, write_results
 
 VARIANTS = {
     "recompute + float32": [],
@@ -76,10 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         "--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {list(VARIANTS)}"
     )
     args = parser.parse_args(argv)
-    names = [name for name in args.variants.split(",") if name]
-    unknown = set(names) - set(VARIANTS)
-    if unknown:
-        parser.error(f"--variants: unknown {sorted(unknown)}; known: {list(VARIANTS)}")
+    names = chosen_variants(parser, args.variants, list(VARIANTS))
     before = load_average()
     rows = []
     with tempfile.TemporaryDirectory() as root:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_average, markdown_table, median, write_results
+from common import chosen_variants, load_average, markdown_table, median, write_results
 
 VARIANTS = {
     "glibc default": (False, "float32"),
@@ -90,11 +90,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     before = load_average()
     passes: dict[str, list[tuple[float, float]]] = {
-        name: [] for name in args.variants.split(",") if name
+        name: [] for name in chosen_variants(parser, args.variants, list(VARIANTS))
     }
-    unknown = set(passes) - set(VARIANTS)
-    if unknown:
-        parser.error(f"--variants: unknown {sorted(unknown)}; known: {list(VARIANTS)}")
     for round_ in range(args.rounds):
         for name in passes:
             command = [sys.executable, __file__, "--child", name, "--repeats", str(args.repeats)]
