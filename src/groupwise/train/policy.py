@@ -10,8 +10,6 @@ sampling temperature (docs/algorithms.md §1); each group's prompt runs through 
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -71,12 +69,8 @@ class PolicyLogprobs:
         """Token log-probs [rows, T] (float32) of whole groups of completions under the policy
         (with gradient unless the caller disabled it); each group's prompt runs once."""
         prompts = slice(rows.start // self.group_size, rows.stop // self.group_size)
-        precision = (
-            torch.autocast(self.device.type, dtype=self.autocast)
-            if self.autocast is not None
-            else contextlib.nullcontext()
-        )
-        with precision:
+        mixed = self.autocast is not None
+        with torch.autocast(self.device.type, dtype=self.autocast, enabled=mixed):
             return completion_logprobs(
                 self.model,
                 rollouts.prompt_ids[prompts].to(self.device),
