@@ -1,7 +1,10 @@
 """The `groupwise` command: a thin dispatcher over the subcommands.
 
 Each subcommand lives beside the code it drives and exposes `add_arguments(parser)` and
-`run(args) -> int`; they are imported only when chosen, so `groupwise --help` stays fast.
+`run(args) -> int`; they are imported only when chosen, so `groupwise --help` stays fast. The
+commands that compute (COMPUTING) set their CPU threads before torch loads and say what they
+took (groupwise.cpu_threads). Options and positional arguments may come in any order
+(`groupwise train --config C.yaml --resume train.max_steps=80`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import os
 import sys
 import warnings
 
+from groupwise.cpu_threads import settle_threads
 from groupwise.entry import OneLineParser, debugging, run_command
 
 # name -> (module, one-line help)
@@ -25,6 +29,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "summary": ("groupwise.train.summary", "deprecated: groupwise report (the same arguments)"),
 }
 
+COMPUTING = ("train", "eval", "analyze")
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -35,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
+    if argv[0] in COMPUTING:
+        # before the subcommand's module imports torch: OpenMP reads these once, at load
+        print(f"groupwise {argv[0]}: {settle_threads()}", file=sys.stderr)
     quiet = not debugging()
     formatwarning = warnings.formatwarning
     with warnings.catch_warnings():  # the command's warning settings end with it
@@ -50,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             prog = f"groupwise {argv[0]}"
             sub_parser = OneLineParser(prog=prog)
             module.add_arguments(sub_parser)
-            return run_command(prog, module.run, sub_parser.parse_args(argv[1:]))
+            return run_command(prog, module.run, sub_parser.parse_intermixed_args(argv[1:]))
         finally:
             warnings.formatwarning = formatwarning
 

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from groupwise.cpu_threads import core_list
+
 __all__ = [
     "CpuBinding",
     "available_cores",
@@ -44,20 +46,6 @@ BIND = "VLLM_CPU_OMP_THREADS_BIND"
 def available_cores() -> list[int]:
     """The cores this process may run on (its scheduling affinity), ascending."""
     return sorted(os.sched_getaffinity(0))
-
-
-def core_list(cores: Sequence[int]) -> str:
-    """Cores as a list in the form vLLM and /proc read: [0, 1, 2, 5] -> "0-2,5"."""
-    if not cores:
-        raise ValueError("a vLLM engine needs at least one core")
-    ordered = sorted(set(int(c) for c in cores))
-    runs: list[list[int]] = []
-    for core in ordered:
-        if runs and core == runs[-1][1] + 1:
-            runs[-1][1] = core
-        else:
-            runs.append([core, core])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def parse_core_list(text: str) -> list[int]:
