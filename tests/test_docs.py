@@ -312,3 +312,22 @@ def test_yaml_block_loads_as_a_training_config(config: str, tmp_path: Path) -> N
     path = tmp_path / "config.yaml"
     path.write_text(config, encoding="utf-8")
     load_run_config(path)  # raises ConfigError naming the key
+
+
+def groupwise_train_lines() -> list[tuple[str, str]]:
+    """(where, line) of each `groupwise train` command written in the README and the guides."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\bgroupwise train\b", line) and "`groupwise train`" not in line:
+                found.append((f"{page.relative_to(ROOT)}:{number}", line.strip()))
+    return found
+
+
+def test_every_documented_train_command_passes_its_config_with_dash_dash_config() -> None:
+    """`groupwise train X.yaml` is refused ("unrecognized" or a bad override); the config file
+    goes after --config."""
+    found = groupwise_train_lines()
+    assert len(found) > 5, found
+    bare = [(where, line) for where, line in found if re.search(r"train\s+\S+\.ya?ml", line)]
+    assert bare == []
