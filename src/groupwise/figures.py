@@ -1,12 +1,14 @@
-"""Shared figure helpers: the headless matplotlib backend, saving, a numpy Gaussian KDE and the
-moving average of per-step curves.
+"""Shared figure helpers: the headless matplotlib backend, saving, wrapped titles and labels, a
+numpy Gaussian KDE and the moving average of per-step curves.
 
-Every analysis writes its figures through `save_figure`, so they all come out the same size,
-resolution and file type. Importing this module selects the Agg backend (no display needed).
+Every analysis writes its figures through `save_figure`, so they all come out at the same
+resolution and file type, and nothing drawn is cut off at the edge (the saved area grows to hold
+every label). Importing this module selects the Agg backend (no display needed).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,12 +18,21 @@ matplotlib.use("Agg")  # before pyplot is imported: no display on servers
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 DPI = 130
 # A kernel density of fewer points shows the kernel's bell, not the data's shape (one point gives
 # a bell as tall as 1 / (h sqrt(2 pi)) whatever the data): a density curve needs this many.
 MIN_DENSITY_POINTS = 5
+# The margin kept around everything drawn when a figure is saved, in inches.
+SAVE_PAD_INCHES = 0.1
+# Mean width of a character of the default font (DejaVu Sans) in ems, a little above its real
+# mean (about 0.55), so that a title wrapped to this estimate fits its axes.
+_CHAR_WIDTH_EM = 0.6
+# Where a line may break: after a space, before "@" (benchmark specs) and after "/" (paths),
+# which have no spaces.
+_BREAKS = re.compile(r"(?<= )|(?=@)|(?<=/)")
 
 
 def new_figure(
@@ -38,10 +49,37 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    # tight_layout alone leaves a title or a rotated tick label wider than the figure cut off at
+    # its edge: the saved area is grown to everything drawn instead.
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=SAVE_PAD_INCHES)
     plt.close(fig)
     not_drawn_note(path).unlink(missing_ok=True)
     return path
+
+
+def wrap_text(text: str, width: int) -> str:
+    """`text` broken into lines of at most `width` characters where it may break: after a
+    space, before "@" and after "/" (benchmark specs and paths have no spaces). A piece longer
+    than `width` stays whole on its own line; lines given in `text` are kept."""
+    lines: list[str] = []
+    for given in text.split("\n"):
+        line = ""
+        for piece in _BREAKS.split(given):
+            if line and len(line.rstrip()) + len(piece.rstrip()) > width:
+                lines.append(line.rstrip())
+                line = ""
+            line += piece
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def set_wrapped_title(ax: Axes, title: str) -> None:
+    """Set `title` on `ax`, wrapped (`wrap_text`) to the axes' width at the title's font size,
+    so that a long model or run name does not run past the figure."""
+    ax.set_title(title)
+    font_points = ax.title.get_fontsize()
+    width_points = ax.get_position().width * ax.figure.get_figwidth() * 72
+    ax.set_title(wrap_text(title, max(10, int(width_points / (_CHAR_WIDTH_EM * font_points)))))
 
 
 def figure_not_drawn(path: str | Path, reason: str) -> str:

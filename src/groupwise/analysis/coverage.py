@@ -83,11 +83,18 @@ def coverage_partition(
     return cells
 
 
+def problems_label(count: int) -> str:
+    """A cell's count as its bar says it: "1 problem", "2 problems" (cells count problems, not
+    samples)."""
+    return f"{count} problem" if count == 1 else f"{count} problems"
+
+
 def plot_coverage(
     cells: Sequence[CoverageCell], names: Sequence[str], path: Path, title: str
 ) -> Path:
-    """UpSet-style figure: bars of each cell's percent of the union, dot matrix of its runs."""
-    from groupwise.figures import new_figure, save_figure
+    """UpSet-style figure: bars of each cell's percent of the union, each labelled with its
+    count of problems (`problems_label`), dot matrix of its runs; `title` wrapped to the bars."""
+    from groupwise.figures import new_figure, save_figure, set_wrapped_title
 
     shown = [c for c in cells if any(c.solved)]
     fig, axes = new_figure(
@@ -102,14 +109,14 @@ def plot_coverage(
     bars.bar(xs, [c.percent or 0.0 for c in shown], color="#4c72b0")
     for x, cell in zip(xs, shown, strict=True):
         bars.annotate(
-            f"{cell.percent:.1f}%\n(n={cell.count})",
+            f"{cell.percent:.1f}%\n{problems_label(cell.count)}",
             (x, cell.percent or 0.0),
             ha="center",
             va="bottom",
             fontsize=8,
         )
     bars.set_ylabel("% of solvable problems (union)")
-    bars.set_title(title)
+    set_wrapped_title(bars, title)
     bars.set_ylim(0, 115)
     for x, cell in zip(xs, shown, strict=True):
         ys = [i for i, s in enumerate(cell.solved) if s]

@@ -102,7 +102,7 @@ def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
             grid,
             gaussian_kde(values, grid),
             color=colors[name],
-            label=f"{name} (mean {values.mean():.4f}, n={values.size})",
+            label=f"{name} (mean {values.mean():.4f}, {values.size} problems)",
         )
         dens.axvline(values.mean(), color=colors[name], linestyle="--", linewidth=1)
     dens.axvline(0.0, color="grey", linewidth=0.8)
@@ -112,7 +112,7 @@ def plot_margins(margins: Mapping[str, Sequence[float]], path: Path) -> Path:
     box.boxplot([np.asarray(margins[n], float) for n in names])
     # Labels set on the ticks: boxplot's tick_labels= needs matplotlib 3.9, its labels= is gone
     # in 3.11, and groupwise supports matplotlib 3.8.
-    box.set_xticks(range(1, len(names) + 1), [f"{n}\n(n={len(margins[n])})" for n in names])
+    box.set_xticks(range(1, len(names) + 1), [f"{n}\n({len(margins[n])} problems)" for n in names])
     box.axhline(0.0, color="grey", linewidth=0.8)
     box.set_ylabel("margin [nats/token]")
     box.set_title("per-problem preference margin")

@@ -27,6 +27,8 @@ from groupwise.records import RESULTS_FILE, Sample, write_json
 
 HARD_LEVELS = (4, 5)
 HARD_LABEL = "4-5"
+# Characters per line of a benchmark's name under its bars (longer specs are wrapped).
+TICK_LABEL_WIDTH = 24
 
 
 def _level_tables(
@@ -169,9 +171,37 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _short_path(name: str) -> str:
+    """A local folder by its last three parts ("trial/final/model"), else `name` as given (an
+    alias, a hub id or a relative folder)."""
+    path = Path(name)
+    return "/".join(path.parts[-3:]) if path.is_absolute() else name
+
+
+def _adapter_name(path: Path) -> str:
+    """An adapter by its training run and which of the run's adapters it is (the layouts of
+    groupwise.evaluation.provenance.adapter_identity), else by its folder's name."""
+    if path.name == "adapter" and path.parent.name == "final":
+        return f"{path.parent.parent.name} (final adapter)"
+    if path.name == "adapter" and path.parent.parent.name == "checkpoints":
+        return f"{path.parent.parent.parent.name} ({path.parent.name} adapter)"
+    return f"{_short_path(str(path))} (adapter)"
+
+
+def evaluated_name(config: Mapping[str, Any]) -> str:
+    """What an evaluation's results are of, as its figure names it: the model, or with an
+    adapter the adapter's run on the base model ("smollm2_arith (final adapter) on
+    smollm2-135m-instruct", "trial (step-3 adapter) on arith-base"). `config` is
+    results["config"]; a local folder is named by its last three parts."""
+    model = _short_path(str(config["model"]))
+    adapter = config.get("adapter")
+    return f"{_adapter_name(Path(adapter))} on {model}" if adapter else model
+
+
 def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> None:
-    """pass@k bars (percent, with interval) per entry, one bar per k, on axes `ax`."""
-    from groupwise.figures import series_colors
+    """pass@k bars (percent, with interval) per entry, one bar per k, on axes `ax`; long entry
+    names are wrapped."""
+    from groupwise.figures import series_colors, wrap_text
 
     labels = list(entries)
     width = 0.8 / len(ks)
@@ -190,7 +220,12 @@ def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequenc
             color=color,
             label=f"pass@{k}",
         )
-    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
+    ax.set_xticks(
+        range(len(labels)),
+        [wrap_text(label, TICK_LABEL_WIDTH) for label in labels],
+        rotation=20,
+        ha="right",
+    )
     ax.set_ylabel("%")
     ax.set_ylim(0, 105)
     ax.legend(fontsize=8)
@@ -198,8 +233,10 @@ def _grouped_bars(ax: Any, entries: Mapping[str, Mapping[str, Any]], ks: Sequenc
 
 def plot_results(results: Mapping[str, Any], path: Path) -> Path:
     """Grouped bars of pass@k per benchmark, then one panel per leveled benchmark: pass@k per
-    MATH difficulty level and for Levels 4-5."""
-    from groupwise.figures import new_figure, save_figure
+    MATH difficulty level and for Levels 4-5. The first title names what was evaluated
+    (`evaluated_name`: the adapter's run when there is an adapter) and n as samples per problem;
+    titles are wrapped to their panel."""
+    from groupwise.figures import new_figure, save_figure, set_wrapped_title
 
     benches = _benchmarks(results)
     leveled = [b for b in benches if "levels" in results[b]]
@@ -210,10 +247,13 @@ def plot_results(results: Mapping[str, Any], path: Path) -> Path:
         width=sum(widths), ncols=len(widths), gridspec_kw={"width_ratios": widths}
     )
     _grouped_bars(axes[0, 0], {b: results[b] for b in benches}, ks)
-    axes[0, 0].set_title(f"{results['config']['model']}: pass@k (n={results['config']['n']})")
+    config = results["config"]
+    set_wrapped_title(
+        axes[0, 0], f"{evaluated_name(config)}: pass@k, n={config['n']} samples per problem"
+    )
     for ax, bench in zip(axes[0, 1:], leveled, strict=True):
         _grouped_bars(ax, {level_label(lv): t for lv, t in results[bench]["levels"].items()}, ks)
-        ax.set_title(f"{bench} by MATH difficulty level")
+        set_wrapped_title(ax, f"{bench} by MATH difficulty level")
     return save_figure(fig, path)
 
 

@@ -81,7 +81,7 @@ def plot_errors(
             100 * counts / counts.sum(),
             width,
             color=colors[name],
-            label=f"{name} (n={int(counts.sum())})",
+            label=f"{name} ({int(counts.sum())} judged solutions)",
         )
     ax.set_xticks(range(len(taxonomy)), [t.name for t in taxonomy], rotation=25, ha="right")
     ax.set_ylabel("% of judged failures")
@@ -106,7 +106,7 @@ def plot_errors(
             density["grid"],
             density["values"],
             color=colors[name],
-            label=f"{name} (n={summary[name]['judged']})",
+            label=f"{name} ({summary[name]['judged']} judged solutions)",
         )
     ax.set_xlabel("relative position of the first error (step / number of steps)")
     ax.set_ylabel("density (Gaussian KDE)")
