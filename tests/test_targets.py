@@ -165,7 +165,69 @@ def test_a_batch_without_pairs_but_with_differing_rewards_is_warned_about_once()
             watch.observe(group_targets(batch(), est, AdvantageSettings(), pairs), 3)
     (said,) = caught
     assert "in 2 group(s) whose rewards differ" in str(said.message)
-    assert "largest reward gap in a group was 1.2" in str(said.message)
+    assert "largest reward gap in such a group was 1.2" in str(said.message)
+
+
+def _binary_lens_batch(correct: list[bool], l_old: list[float], group_size: int) -> GroupRewards:
+    """Rewards that are the binary correctness alone (the README's AMIR + LENS example)."""
+    binary = torch.tensor(correct, dtype=torch.float32)
+    return GroupRewards(
+        binary,
+        torch.tensor(correct),
+        group_size,
+        correctness=binary,
+        correct_reward=1.0,
+        mean_logp_old=torch.tensor(l_old),
+    )
+
+
+def test_groups_that_differ_only_by_lens_penalties_are_not_warned_about() -> None:
+    # every group all wrong: the totals AMIR mines on differ only by LENS's penalties, each in
+    # [-1/G, 0), so no pair at amir_margin=0.5, and none is meant: "lower amir_margin" would pair
+    # wrong answers by the model's confidence (docs/algorithms.md, "AMIR-GRPO + LENS together")
+    lens = get_advantage_estimator("lens")
+    l_old = [-0.1, -0.5, -1.0, -2.0, -0.3, -0.3, -0.7, -1.5]
+    rewards = _binary_lens_batch([False] * 8, l_old, 4)
+    targets = group_targets(rewards, lens, AdvantageSettings(), PairSettings(0.5))
+    assert targets.num_pairs == 0
+    assert torch.equal(targets.unshaped_rewards, torch.zeros(8))
+    pbar = [math.exp(v) for v in l_old[:4]]
+    # rt_i = -(1/G) pbar_i / (D - pbar_i), D = 2 max pbar: from -1/4 (the most confident) up
+    assert float(targets.rewards[:4].max() - targets.rewards[:4].min()) == pytest.approx(
+        0.25 - 0.25 * pbar[3] / (2 * pbar[0] - pbar[3])
+    )
+    watch = PairlessWarning(margin=0.5, option="amir_margin")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        watch.observe(targets, 4)
+        watch.observe(targets.select(torch.arange(4)), 4)
+    assert not watch.warned
+
+
+def test_a_mixed_group_without_a_pair_is_warned_about_beside_lens_only_groups() -> None:
+    # a mixed group whose gap (1 + a small LENS penalty) is not above the margin: lowering the
+    # margin is the right advice; the all-wrong group is named apart, not counted
+    lens = get_advantage_estimator("lens")
+    correct = [True, False, False, False] + [False] * 4
+    l_old = [-0.1, -3.0, -3.0, -3.0, -0.1, -0.5, -1.0, -2.0]
+    targets = group_targets(
+        _binary_lens_batch(correct, l_old, 4), lens, AdvantageSettings(), PairSettings(1.2)
+    )
+    assert targets.num_pairs == 0
+    gap = float(targets.rewards[:4].max() - targets.rewards[:4].min())
+    assert 1.0 < gap < 1.2
+    watch = PairlessWarning(margin=1.2, option="amir_margin")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        watch.observe(targets, 4)
+    (said,) = caught
+    assert str(said.message) == (
+        "AMIR-GRPO mined no preference pair in 1 group(s) whose rewards differ (1 more group(s) "
+        "differ only by the estimator's shaping, LENS's penalties of wrong answers, which "
+        f"AMIR-GRPO is not meant to pair): the largest reward gap in such a group was {gap:.4g}, "
+        "not above amir_margin=1.2; AMIR's term is absent until a gap exceeds it. Lower "
+        "amir_margin below the reward's gaps (this warning is shown once)"
+    )
 
 
 def test_lambda_at_a_bound_is_warned_about_once_after_20_updates() -> None:

@@ -46,6 +46,9 @@ class GroupTargets:
         until the rollout policy's l(q, o) is known (`with_coefficients`).
     pair_losses: [P] -log sigmoid(z_p) of each pair at the rollout policy (nats).
     logp_margins: [P] l_old(chosen) - l_old(rejected) of each pair (nats per token).
+    unshaped_rewards: [B] the weighted reward totals before the estimator reshaped them (equal
+        to `rewards` under GRPO; under LENS without its calibrated penalties of wrong answers);
+        None where not known.
     """
 
     advantages: Tensor
@@ -55,6 +58,7 @@ class GroupTargets:
     coefficients: Tensor | None = None
     pair_losses: Tensor | None = None
     logp_margins: Tensor | None = None
+    unshaped_rewards: Tensor | None = None
 
     @property
     def num_pairs(self) -> int:
@@ -94,6 +98,7 @@ class GroupTargets:
             position[self.rejected[inside]],
             None if self.coefficients is None else self.coefficients[rows],
             *(None if t is None else t[inside] for t in pairs_only),
+            None if self.unshaped_rewards is None else self.unshaped_rewards[rows],
         )
 
 
@@ -148,7 +153,7 @@ def group_targets(
     if kept is not None:
         advantages = advantages.where(kept.repeat_interleave(batch.group_size), 0.0)
     empty = torch.zeros(0, dtype=torch.long, device=result.rewards.device)
-    targets = GroupTargets(advantages, result.rewards, empty, empty)
+    targets = GroupTargets(advantages, result.rewards, empty, empty, unshaped_rewards=batch.rewards)
     if pairs is None:
         return targets
     chosen, rejected = mine_pairs(
@@ -219,27 +224,51 @@ def unreachable_margin(
     )
 
 
+def _group_gaps(rewards: Tensor, group_size: int) -> Tensor:
+    """[B / G] max - min of each group's rewards [B]."""
+    grouped = rewards.reshape(-1, group_size)
+    return grouped.max(dim=1).values - grouped.min(dim=1).values
+
+
 class PairlessWarning:
     """Warns once when a batch has groups whose rewards differ but AMIR mined no pair in it:
-    the margin is larger than every reward gap the batch shows (docs/algorithms.md §2)."""
+    the margin is larger than every reward gap the batch shows (docs/algorithms.md §2).
+
+    A group whose rewards differ only by the estimator's shaping is not counted: under LENS a
+    group with no correct answer differs only by the calibrated penalties of its wrong answers,
+    each in [-correct reward / G, 0) (docs/algorithms.md §3, "AMIR-GRPO + LENS together"), far
+    below a margin meant to separate a correct answer from a wrong one. No pair there is
+    intended, and lowering the margin would pair wrong answers by the model's confidence.
+    """
 
     def __init__(self, margin: float, option: str = "margin") -> None:
         self.margin, self.option = margin, option
         self.warned = False
 
     def observe(self, targets: GroupTargets, group_size: int) -> None:
+        """Warn (once per run) when `targets` [B rows, whole groups of `group_size`] hold no
+        pair while some group's reward totals differ before the estimator's shaping."""
         if self.warned or targets.num_pairs > 0:
             return
-        grouped = targets.rewards.reshape(-1, group_size)
-        gaps = grouped.max(dim=1).values - grouped.min(dim=1).values
-        differing = int((gaps > 0).sum())
-        if differing == 0:
+        gaps = _group_gaps(targets.rewards, group_size)
+        differing = gaps > 0
+        if targets.unshaped_rewards is not None:
+            differing &= _group_gaps(targets.unshaped_rewards, group_size) > 0
+        shaped_only = int((gaps > 0).sum()) - int(differing.sum())
+        if not bool(differing.any()):
             return
         self.warned = True
+        left_out = (
+            f" ({shaped_only} more group(s) differ only by the estimator's shaping, LENS's "
+            "penalties of wrong answers, which AMIR-GRPO is not meant to pair)"
+            if shaped_only
+            else ""
+        )
         warnings.warn(
-            f"AMIR-GRPO mined no preference pair in {differing} group(s) whose rewards differ: "
-            f"the largest reward gap in a group was {float(gaps.max()):.4g}, not above "
-            f"{self.option}={self.margin:g}; AMIR's term is absent until a gap exceeds it. Lower "
-            f"{self.option} below the reward's gaps (this warning is shown once)",
+            f"AMIR-GRPO mined no preference pair in {int(differing.sum())} group(s) whose "
+            f"rewards differ{left_out}: the largest reward gap in such a group was "
+            f"{float(gaps[differing].max()):.4g}, not above {self.option}={self.margin:g}; "
+            f"AMIR's term is absent until a gap exceeds it. Lower {self.option} below the "
+            "reward's gaps (this warning is shown once)",
             stacklevel=3,
         )
