@@ -17,13 +17,21 @@ second copy of the weights.
 
 Evaluation and analysis load a trained policy with `load_policy(model, adapter)`: the adapter may
 be given as a training run, a checkpoint or an adapter folder (`resolve_adapter`).
+
+Two notices of the libraries loading goes through are dropped, each by its logger (or warning
+module) and its message, every other line of theirs kept (`quiet_harmless_notices`):
+transformers' "Ignoring clean_up_tokenization_spaces=True for BPE tokenizer" (groupwise decodes
+without the clean-up on purpose) and peft's "Unable to fetch remote file" (its hub lookup of an
+adapter's base model, made even for a local alias, failing offline).
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import logging
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,6 +75,7 @@ __all__ = [
     "load_policy",
     "load_saved_llama",
     "model_aliases",
+    "quiet_harmless_notices",
     "reference_policy",
     "register_model_alias",
     "resolve_adapter",
@@ -82,6 +91,47 @@ DTYPES: dict[str, torch.dtype | None] = {
 }
 
 _ADAPTER_CONFIG = "adapter_config.json"
+
+# transformers (5.10 to 5.25: tokenization_utils_tokenizers.py) logs this once per tokenizer class
+# when a BPE tokenizer asked for the clean-up of spaces decodes: it then skips the clean-up,
+# which is what groupwise wants (`_prepare_tokenizer`), so the line says nothing to act on.
+TOKENIZER_LOGGER = "transformers.tokenization_utils_tokenizers"
+BPE_CLEAN_UP_NOTICE = "Ignoring clean_up_tokenization_spaces=True for BPE tokenizer"
+# peft (utils/other.py, check_file_exists_on_hf_hub) warns this when saving an adapter looks its
+# base model's config.json up on the hub and the lookup fails: offline, or for a base named by a
+# groupwise alias ("arith-base"), which is no hub repository. peft then assumes the vocabulary
+# was not resized (true: groupwise never resizes it) and says so in a warning of its own, kept.
+PEFT_WARNING_MODULE = "peft.utils.other"
+PEFT_LOOKUP_NOTICE = "Unable to fetch remote file due to the following error"
+
+
+class _DropNotice(logging.Filter):
+    """Drops a logger's records whose message starts with `prefix`; passes every other one."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+def quiet_harmless_notices() -> None:
+    """Drop transformers' BPE clean-up notice (a filter on its logger TOKENIZER_LOGGER) and
+    peft's failed hub lookup (a warnings filter on its module PEFT_WARNING_MODULE and message);
+    every other record of that logger and warning of that module still shows. Idempotent;
+    called when this module loads and again by the functions that load or wrap models (a
+    `warnings.catch_warnings` block ended since may have dropped the warnings filter)."""
+    logger = logging.getLogger(TOKENIZER_LOGGER)
+    if not any(isinstance(f, _DropNotice) for f in logger.filters):
+        logger.addFilter(_DropNotice(BPE_CLEAN_UP_NOTICE))
+    # An identical filter is replaced, not added again (warnings._add_filter).
+    warnings.filterwarnings(
+        "ignore", message=PEFT_LOOKUP_NOTICE, category=UserWarning, module=PEFT_WARNING_MODULE
+    )
+
+
+quiet_harmless_notices()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,6 +255,7 @@ def load_model(
     The model is returned in eval mode; the tokenizer pads on the left and has a pad token.
     """
     torch_dtype = _resolve_dtype(dtype)
+    quiet_harmless_notices()
     # Loading never moves the caller's RNG: random initialisation (tiny-random, or the one-off
     # GGUF conversion) would otherwise make a seeded run differ between first and later loads.
     with torch.random.fork_rng(devices=[]):
@@ -252,6 +303,7 @@ def attach_lora(model: PreTrainedModel, settings: LoraSettings | None = None) ->
     """Wrap `model` with fresh LoRA adapters (B = 0, so outputs are unchanged at first); only the
     adapter weights are trainable. The wrapped model shares the base weights, no copy."""
     settings = settings or LoraSettings()
+    quiet_harmless_notices()  # before peft saves this adapter: its lookup of the base model
     target = settings.target_modules
     config = LoraConfig(
         r=settings.r,
@@ -298,6 +350,7 @@ def load_adapter(model: PreTrainedModel | PeftModel, path: str | os.PathLike) ->
     folder = Path(path)
     if not (folder / _ADAPTER_CONFIG).is_file():
         raise FileNotFoundError(f"{folder}: no {_ADAPTER_CONFIG}, not a LoRA adapter folder")
+    quiet_harmless_notices()
     if not isinstance(model, PeftModel):
         return PeftModel.from_pretrained(model, folder, is_trainable=True)
     weights = load_peft_weights(str(folder), device=str(next(model.parameters()).device))

@@ -22,6 +22,7 @@ process may run on), and records what it set (`CpuBinding.record`).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -151,6 +152,23 @@ class CpuBinding:
                     os.environ[key] = value
 
 
+# vLLM's in-place reload (vllm/model_executor/model_loader/reload/layerwise.py) warns
+# "%s: Failed to load weights" for each layer the weights did not name. With tied word
+# embeddings the LM head is the embedding matrix itself: vLLM's models skip "lm_head.weight",
+# so its ParallelLMHead is never named, yet it holds the synced embedding (the log-probs after
+# a sync match the trainer's). The line is then harmless, and it came on every sync.
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+TIED_HEAD_NOTICE = "ParallelLMHead: Failed to load weights"
+
+
+class TiedHeadReloadFilter(logging.Filter):
+    """Drops vLLM's "ParallelLMHead: Failed to load weights" (TIED_HEAD_NOTICE); passes every
+    other record, the same notice of any other layer included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != TIED_HEAD_NOTICE
+
+
 def reload_weights(llm: Any, weights: Iterable[tuple[str, Any]]) -> None:
     """Load (name, tensor) weights, named as the model's checkpoint names them, into the model
     of `llm`, a vllm.LLM whose worker runs in this process, through vLLM's in-place reload.
@@ -158,7 +176,17 @@ def reload_weights(llm: Any, weights: Iterable[tuple[str, Any]]) -> None:
     On vLLM's CPU build (0.32) the model's `load_weights`, which TRL calls, fails once the
     linear layers are prepacked for the CPU GEMM kernels ("'Parameter' object has no attribute
     'weight_loader'"); the reload restores the layers, loads and prepacks again. The prefix
-    cache is reset after: its KV entries were computed with the old weights."""
+    cache is reset after: its KV entries were computed with the old weights. For a model with
+    tied word embeddings, vLLM's notice that the LM head loaded nothing is dropped during the
+    reload (TiedHeadReloadFilter on RELOAD_LOGGER); every other line of the reload shows."""
     runner = llm.llm_engine.model_executor.driver_worker.model_runner
-    runner.reload_weights(weights_iterator=weights)
+    text_config = llm.llm_engine.model_config.hf_text_config
+    logger = logging.getLogger(RELOAD_LOGGER)
+    quiet = TiedHeadReloadFilter()
+    if getattr(text_config, "tie_word_embeddings", False):
+        logger.addFilter(quiet)
+    try:
+        runner.reload_weights(weights_iterator=weights)
+    finally:
+        logger.removeFilter(quiet)
     llm.reset_prefix_cache()
