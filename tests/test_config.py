@@ -360,6 +360,28 @@ def test_typed_config_coerces_every_annotated_type() -> None:
             build(_Outer, data)
 
 
+def test_a_wrong_literal_choice_suggests_the_closest_valid_one() -> None:
+    from groupwise.config import build, closest
+
+    assert closest("rlo", ["grpo", "lens", "rloo"]) == "rloo"
+    assert closest("xyz", ["grpo", "lens"]) is None
+    assert closest(16, [8, 16.0]) == "16.0"  # compared as text: choices of any type
+    with pytest.raises(ConfigError) as raised:
+        load_run_config(None, ["rollout.engine=vlm"])
+    assert str(raised.value) == (
+        "command line, override 'rollout.engine=vlm': rollout.engine: invalid value 'vlm' "
+        "(did you mean 'vllm'?); valid choices: transformers, vllm, auto"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_run_config(None, ["algorithm.lens_mode=mixed"])
+    assert str(raised.value).endswith(
+        "algorithm.lens_mode: invalid value 'mixed' (did you mean 'mixed_only'?); valid "
+        "choices: full, mixed_only, negative_only"
+    )
+    with pytest.raises(ConfigError, match=r"^mode: invalid value 'c'; valid choices: a, b$"):
+        build(_Outer, {"mode": "c"})  # nothing close: no guess
+
+
 def test_rollout_engine_auto_is_vllm_where_installed_and_one_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -5,7 +5,8 @@ the benches' settings): a mapping read from YAML (`read_yaml`) and changed by `a
 overrides (`apply_override`) becomes a dataclass (`build`), each value checked against its
 annotated type (`coerce`: bool, int, float, str, Literal choices, lists, mappings, optional
 values, nested dataclasses); an unknown key or a wrong type is a ConfigError naming the key and
-what is valid (for an unknown key, the closest valid one first). `documented_yaml` writes a
+what is valid (for an unknown key and a value outside a Literal's choices, the closest valid one
+first: `closest`). `documented_yaml` writes a
 config back as YAML with each option's documentation as a comment (the docstring under its
 declaration, or its field metadata "doc"). Range and cross-field checks belong to each
 configuration (e.g. train's train.config_checks).
@@ -17,6 +18,7 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -98,12 +100,19 @@ def build(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     for key, value in data.items():
         full = f"{prefix}{key}"
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            guess = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            close = closest(key, names)
+            guess = f" (did you mean '{prefix}{close}'?)" if close is not None else ""
             # repr: a key may hold any character (a newline would break the one-line message)
             raise ConfigError(f"unknown key {full!r}{guess}; valid keys here: {', '.join(names)}")
         kwargs[key] = coerce(value, hints[key], full)
     return cls(**kwargs)
+
+
+def closest(value: Any, choices: Iterable[Any]) -> str | None:
+    """The text of the choice closest to `value` by difflib's similarity of their texts (at
+    least 0.6, difflib's default cut-off), or None when no choice is that close."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return close[0] if close else None
 
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
@@ -117,7 +126,9 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     if origin is Literal:
         if value not in get_args(tp):
             valid = ", ".join(str(c) for c in get_args(tp))
-            raise ConfigError(f"{key}: invalid value {value!r}; valid choices: {valid}")
+            close = closest(value, get_args(tp))
+            guess = f" (did you mean '{close}'?)" if close is not None else ""
+            raise ConfigError(f"{key}: invalid value {value!r}{guess}; valid choices: {valid}")
         return value
     if origin in (Union, types.UnionType):
         return _coerce_union(value, get_args(tp), key)
