@@ -478,3 +478,30 @@ def test_a_file_naming_cuda_or_vllm_loads_anywhere_and_preflight_refuses_it(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"groupwise train: {path}: {message}")
         assert not run.exists()
+
+
+def test_data_dir_documents_how_it_is_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --print-config says what resolve_data_dir does when data.data_dir is not set
+    from groupwise.config import field_docs
+    from groupwise.data import resolve_data_dir
+    from groupwise.train.config import DataConfig
+
+    doc = " ".join(field_docs(DataConfig)["data_dir"].split())
+    assert doc == (
+        "Benchmark folder laid out like ../shared/data. Default: env GROUPWISE_DATA, else a "
+        "shared/data folder beside the working folder (../shared/data) or beside groupwise's "
+        "checkout, else the public hub copies (GROUPWISE_DATA=hub: always them)."
+    )
+    work, shared = tmp_path / "work", tmp_path / "shared" / "data"
+    work.mkdir()
+    shared.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("GROUPWISE_DATA", str(tmp_path / "elsewhere"))
+    assert resolve_data_dir(None) == tmp_path / "elsewhere"
+    monkeypatch.setenv("GROUPWISE_DATA", "hub")
+    assert resolve_data_dir(None) is None
+    monkeypatch.delenv("GROUPWISE_DATA")
+    assert resolve_data_dir(None) == work.parent / "shared" / "data"
+    assert resolve_data_dir("mine") == Path("mine")

@@ -88,7 +88,9 @@ class DataConfig:
     )
     data_dir: str | None = option(
         None,
-        """Folder laid out like ../shared/data; default env GROUPWISE_DATA, else the hub.""",
+        """Benchmark folder laid out like ../shared/data. Default: env GROUPWISE_DATA, else a
+        shared/data folder beside the working folder (../shared/data) or beside groupwise's
+        checkout, else the public hub copies (GROUPWISE_DATA=hub: always them).""",
     )
     options: dict[str, Any] = option(
         doc="""Extra loader options, e.g. {level: mid, size: 2000} for the synthetic `arith`
