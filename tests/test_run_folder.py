@@ -180,6 +180,62 @@ def test_resume_refuses_every_changed_setting_by_name(tmp_path: Path) -> None:
     assert steps_in(tmp_path / "metrics.jsonl") == [1, 2, 3, 4]  # nothing trimmed
 
 
+def test_resume_says_when_rollout_engine_auto_resolves_otherwise_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # started in .venv-vllm, where auto resolved to vllm; resumed in .venv, where it resolves to
+    # transformers (the config passed to RunFolder.open is preflight's: auto resolved)
+    from groupwise.train import run_folder
+
+    previous_run(tmp_path, "rollout.engine=vllm")
+    monkeypatch.setattr(run_folder, "installed_engine", lambda: "transformers")
+    monkeypatch.setattr(run_folder, "processes_from_environment", lambda: 1)
+    with pytest.raises(RunFolderError) as caught:
+        RunFolder.open(tmp_path, config(tmp_path, "rollout.engine=transformers"), "resume")
+    assert (
+        "these differ: rollout.engine: 'vllm' -> 'transformers' (where the config says "
+        "rollout.engine: auto, as the GSM8K presets do, it resolves to transformers here: this "
+        "environment has no vLLM; the run started with vllm: resume it as one process in an "
+        "environment with vLLM installed, as the one it started in, e.g. .venv-vllm; the engine "
+        "cannot change on resume). A resumed run may change only"
+    ) in str(caught.value)
+    monkeypatch.setattr(run_folder, "processes_from_environment", lambda: 2)
+    with pytest.raises(RunFolderError, match="here: this run has 2 training processes; the run"):
+        RunFolder.open(tmp_path, config(tmp_path, "rollout.engine=transformers"), "resume")
+
+
+def test_resume_started_without_vllm_says_to_name_transformers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from groupwise.train import run_folder
+
+    previous_run(tmp_path, "rollout.engine=transformers")
+    monkeypatch.setattr(run_folder, "installed_engine", lambda: "vllm")
+    with pytest.raises(RunFolderError) as caught:
+        RunFolder.open(tmp_path, config(tmp_path, "rollout.engine=vllm"), "resume")
+    assert (
+        "rollout.engine: 'transformers' -> 'vllm' (where the config says rollout.engine: auto, "
+        "as the GSM8K presets do, it resolves to vllm here, where vLLM is installed; the run "
+        "started with transformers: resume it with rollout.engine=transformers given "
+        "explicitly, or where it started)"
+    ) in str(caught.value)
+    # what the note advises resumes it
+    with RunFolder.open(tmp_path, config(tmp_path, "rollout.engine=transformers"), "resume"):
+        pass
+
+
+def test_an_engine_changed_by_hand_gets_no_note_about_auto(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from groupwise.train import run_folder
+
+    previous_run(tmp_path, "rollout.engine=transformers")
+    monkeypatch.setattr(run_folder, "installed_engine", lambda: "transformers")
+    with pytest.raises(RunFolderError) as caught:
+        RunFolder.open(tmp_path, config(tmp_path, "rollout.engine=vllm"), "resume")
+    assert "rollout.engine: 'transformers' -> 'vllm'. A resumed run may change" in str(caught.value)
+
+
 def test_resume_accepts_the_documented_changes_and_saves_them(tmp_path: Path) -> None:
     previous_run(tmp_path, "train.max_steps=4", "optim.lr=0.01")
     allowed = [

@@ -13,7 +13,9 @@ only with the settings it was started with (docs/design.md, "Output folder of a 
 - mode "overwrite": the folder's contents are deleted first (only a folder that holds a run:
   config.yaml, metrics.jsonl or checkpoints/; anything else is refused, never deleted).
 - mode "resume": the config must equal the saved config.yaml key by key, except the keys of
-  RESUMABLE_CHANGES; every other change is refused by name (old -> new). Then the newest
+  RESUMABLE_CHANGES; every other change is refused by name (old -> new; a rollout.engine that
+  `auto` resolves otherwise here than where the run started is explained, with what resumes
+  it: `engine_note`). Then the newest
   intact checkpoint is chosen (checkpoint.find_resume_point) and its trainer state read
   (weights only: a state holding anything else is refused, the folder unchanged), the damaged
   newer ones are renamed step-N.damaged with the reason in `notes`, and metrics.jsonl /
@@ -51,7 +53,9 @@ from groupwise.train.checkpoint import (
 )
 from groupwise.train.config import Config
 from groupwise.train.config_file import config_to_dict
+from groupwise.train.distributed import processes_from_environment
 from groupwise.train.metrics_log import METRICS_FILE, ROLLOUTS_FILE, trim_jsonl
+from groupwise.train.preflight import installed_engine
 
 __all__ = [
     "CONFIG_FILE",
@@ -383,6 +387,7 @@ def _check_unchanged(saved: dict[str, Any], config: Config, where: Path) -> None
     before = _flat(saved)
     changed = [
         f"{key}: {before.get(key, defaults[key])!r} -> {value!r}"
+        + (engine_note(before.get(key, defaults[key]), value) if key == "rollout.engine" else "")
         for key, value in now.items()
         if key not in RESUMABLE_CHANGES and before.get(key, defaults[key]) != value
     ]
@@ -393,6 +398,34 @@ def _check_unchanged(saved: dict[str, Any], config: Config, where: Path) -> None
             + f". A resumed run may change only {', '.join(RESUMABLE_CHANGES)}; to change the "
             "others, start a new run (another train.output_dir, or --overwrite)"
         )
+
+
+def engine_note(started: str, now: str) -> str:
+    """Why rollout.engine reads `now` here but `started` in the run's config.yaml when `now` is
+    what `auto` resolves to here (train.preflight.installed_engine: vllm where vLLM is
+    installed and the run is one process, else transformers), with what resumes the run; ""
+    when `now` is not auto's value here. The saved config holds the resolved engine, so whether
+    the config said auto is not known here: the note says "where the config says auto"."""
+    if now != installed_engine() or started == now or now == "auto":
+        return ""
+    if now == "vllm":
+        return (
+            " (where the config says rollout.engine: auto, as the GSM8K presets do, it resolves "
+            "to vllm here, where vLLM is installed; the run started with transformers: resume "
+            "it with rollout.engine=transformers given explicitly, or where it started)"
+        )
+    processes = processes_from_environment()
+    here = (
+        f"this run has {processes} training processes"
+        if processes > 1
+        else "this environment has no vLLM"
+    )
+    return (
+        " (where the config says rollout.engine: auto, as the GSM8K presets do, it resolves to "
+        f"transformers here: {here}; the run started with vllm: resume it as one process in an "
+        "environment with vLLM installed, as the one it started in, e.g. .venv-vllm; the "
+        "engine cannot change on resume)"
+    )
 
 
 def _flat(config: dict[str, Any]) -> dict[str, Any]:
