@@ -2,6 +2,7 @@
 
 - command.py: the command (`groupwise report`; `groupwise summary` is its former name);
 - summary.py: a training run summarized, and the comparison table of several;
+- methods.py: what a run's config trains, in words (its method's name, what it learns from);
 - tables.py: the page's tables (pass@k, held-out evaluations, settings, calibration);
 - plots.py: the figures (the page's, the table's, a run's own run.png);
 - page.py: the page's blocks and their Markdown / HTML.

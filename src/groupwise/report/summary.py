@@ -1,29 +1,48 @@
 """A finished training run in a few lines, several in one table: what the policy learned on
-held-out problems and what each method did to get there (`groupwise report RUN...` prints the
-table; `groupwise train` prints a run's lines at its end).
+held-out problems, what it cost and what each method did to get there (`groupwise report
+RUN...` prints the table; `groupwise train` prints a run's lines at its end).
 
 From RUN/metrics.jsonl, RUN/heldout.jsonl (groupwise.train.heldout) and RUN/config.yaml, read
 by groupwise.run_reader:
 
+- the method, named after every option that changes it (`method_label`: "RLOO",
+  "GRPO + dynamic sampling", "LENS + overlong penalty", ...);
 - held-out accuracy before training and after the last step, their difference and its 95 %
-  interval (paired percentile bootstrap over problems, groupwise.metrics.mean_interval);
-- the shares of mixed / all-correct / all-wrong groups (GRPO learns from mixed groups only);
-- the all-wrong groups that got a gradient, as a share of all-wrong groups (LENS: about all of
-  them; GRPO and AMIR-GRPO: none, docs/algorithms.md §3);
+  interval (paired percentile bootstrap over problems, groupwise.metrics.mean_interval); with
+  several runs each run's final accuracy against the first run's, paired problem by problem
+  only where both runs' step-0 evaluations agree (`not_paired`: else the table marks the run
+  NOT_PAIRED and leaves the interval out, and `unpaired_warning` is one line for stderr);
+- the completions sampled (dynamic sampling's dropped groups included);
+- the shares of mixed / all-correct / all-wrong groups (with dynamic sampling: of the groups
+  kept, and the dropped ones as shares of the groups sampled), and which groups the method
+  learns from (`groups_remark`: GRPO from mixed groups only when correctness is the whole
+  reward);
+- the all-wrong groups that got a gradient (a non-zero advantage), as a share of all-wrong
+  groups (LENS: about all of them; GRPO and AMIR-GRPO: none with a correctness reward,
+  docs/algorithms.md §3; any method where other reward parts, as the overlong penalty, differ
+  inside them);
 - AMIR-GRPO's pairs per group and lambda_reg, first and last step and the share of steps at
   its floor (docs/algorithms.md §2).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from groupwise.report.methods import (
+    all_wrong_remark,
+    groups_remark,
+    method_label,
+    plural,
+    section,
+)
 from groupwise.run_reader import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -37,13 +56,17 @@ if TYPE_CHECKING:
     from groupwise.metrics import Difference
 
 __all__ = [
+    "NOT_PAIRED",
     "RunSummary",
     "comparison_table",
     "heldout_line",
     "method_label",
+    "not_paired",
+    "plural",
     "run_labels",
     "summarize",
     "summary_text",
+    "unpaired_warning",
     "versus",
 ]
 
@@ -51,24 +74,16 @@ __all__ = [
 NEEDED = ("step", "seconds_step", "reward_mean", "group_mixed", "group_all_correct")
 NEEDED += ("group_all_wrong",)
 OPTIONAL = ("seconds_heldout", "group_all_wrong_active", "lambda", "pairs_per_group")
-OPTIONAL += ("answers_unparsed", "answers_timeout", "answers_error")
-
-
-def method_label(algorithm: dict[str, Any]) -> str:
-    """The method a run's algorithm section configures: GRPO, GSPO, AMIR-GRPO, LENS, or
-    AMIR-GRPO + LENS."""
-    name = "GSPO" if algorithm.get("loss_level") == "sequence" else "GRPO"
-    if algorithm.get("amir"):
-        name = "AMIR-" + name
-    if algorithm.get("advantage") == "lens":
-        name = f"{name} + LENS" if algorithm.get("amir") else "LENS"
-    return name
+OPTIONAL += ("answers_unparsed", "answers_timeout", "answers_error", "completions_sampled")
+OPTIONAL += ("groups_kept", "groups_dropped_all_correct", "groups_dropped_all_wrong")
+OPTIONAL += ("groups_dropped_mixed",)
+GROUP_KINDS = ("all_correct", "all_wrong", "mixed")
 
 
 @dataclass(frozen=True)
 class RunSummary:
     """What `summarize` reads of one run. Shares are fractions; None where the run has no
-    such number (no held-out evaluation, no AMIR)."""
+    such number (no held-out evaluation, no AMIR). Times in seconds."""
 
     path: Path
     label: str
@@ -92,6 +107,27 @@ class RunSummary:
     # The last held-out evaluation: each problem's id (where logged) and correct count.
     final_problems: tuple[str, ...] = ()
     final_correct: tuple[int, ...] = ()
+    # The step-0 evaluation's correct counts: runs that sampled alike have equal ones.
+    first_correct: tuple[int, ...] = ()
+    # Whether seconds_heldout includes the step-0 evaluation (heldout.jsonl's "seconds").
+    heldout_timed_from_start: bool = False
+    # Completions sampled over the run (dynamic sampling's dropped groups included); None
+    # where neither metrics.jsonl nor the config says.
+    completions_sampled: int | None = None
+    # Dynamic sampling: the sampled groups dropped, as fractions of the groups sampled.
+    dropped_all_correct: float | None = None
+    dropped_all_wrong: float | None = None
+    dropped_mixed: float | None = None
+    # What the method learns from, and why all_wrong_with_gradient is what it is (text).
+    groups_remark: str = ""
+    all_wrong_remark: str = ""
+    # Settings that decide the held-out samples: (option, value) pairs from config.yaml.
+    sampling: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def dynamic_sampling(self) -> bool:
+        """Whether the run dropped groups (its group shares are of the kept groups)."""
+        return self.dropped_all_correct is not None
 
 
 def training_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -103,57 +139,60 @@ def training_rows(run_dir: Path) -> list[dict[str, Any]]:
     return read_metrics(path, NEEDED, OPTIONAL)
 
 
-def _algorithm(run_dir: Path) -> dict[str, Any]:
-    """The algorithm section of RUN/config.yaml; no config, or not a training config: an error
-    naming it."""
+def read_training_config(run_dir: Path) -> dict[str, Any]:
+    """RUN/config.yaml as read; no config, or not a training config: an error naming it."""
     path = run_dir / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; is {run_dir} a training run folder?")
     config = read_config(run_dir)
     if not isinstance(config, dict) or not isinstance(config.get("algorithm", {}), dict):
         raise ValueError(f"{path}: is not a groupwise training config")
-    return config.get("algorithm", {})
+    return config
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float:
     return float(np.mean([row[key] for row in rows]))
 
 
+# Settings that decide a held-out evaluation's samples, (section, option): runs that differ
+# in one do not share their step-0 samples.
+SAMPLING_SETTINGS = (
+    ("model", "name"),
+    ("rollout", "engine"),
+    ("rollout", "temperature"),
+    ("rollout", "top_p"),
+    ("rollout", "max_new_tokens"),
+    ("data", "prompt"),
+    ("data", "heldout"),
+    ("train", "seed"),
+    ("train", "eval_samples"),
+)
+
+
 def summarize(run_dir: str | Path) -> RunSummary:
     """The summary of the run in `run_dir` (complete or not: the last logged step counts as
     the end)."""
-    from groupwise.metrics import accuracy_difference
-
     run_dir = Path(run_dir)
     rows = training_rows(run_dir)
     if not rows:
         raise ValueError(f"{run_dir / METRICS_FILE}: no step logged yet")
-    algorithm = _algorithm(run_dir)
-    evaluations = read_heldout(run_dir)
-    heldout = None
-    if len(evaluations) >= 2 and evaluations[0]["step"] == 0:
-        first, last = evaluations[0], evaluations[-1]
-        heldout = accuracy_difference(first["correct"], last["correct"], first["n"])
+    config = read_training_config(run_dir)
+    algorithm = section(config, "algorithm")
     all_wrong = sum(row["group_all_wrong"] for row in rows)
     with_gradient = [row.get("group_all_wrong_active") for row in rows]
+    share = sum(with_gradient) / all_wrong if all_wrong > 0 and None not in with_gradient else None
     lambdas = [row["lambda"] for row in rows if "lambda" in row]
     pairs = [row["pairs_per_group"] for row in rows if "pairs_per_group" in row]
     floor = algorithm.get("lambda_min") if is_number(algorithm.get("lambda_min")) else None
     return RunSummary(
         path=run_dir,
-        label=method_label(algorithm),
+        label=method_label(config),
         steps=int(rows[-1]["step"]),
         seconds_training=sum(row["seconds_step"] for row in rows),
-        seconds_heldout=sum(row.get("seconds_heldout", 0.0) for row in rows),
-        heldout=heldout,
-        heldout_problems=len(evaluations[0]["correct"]) if evaluations else 0,
-        heldout_samples=int(evaluations[0]["n"]) if evaluations else 0,
         mixed=_mean(rows, "group_mixed"),
         all_correct=_mean(rows, "group_all_correct"),
         all_wrong=all_wrong / len(rows),
-        all_wrong_with_gradient=(
-            sum(with_gradient) / all_wrong if all_wrong > 0 and None not in with_gradient else None
-        ),
+        all_wrong_with_gradient=share,
         pairs_per_group=float(np.mean(pairs)) if lambdas and pairs else None,
         lambda_first=lambdas[0] if lambdas else None,
         lambda_last=lambdas[-1] if lambdas else None,
@@ -165,17 +204,85 @@ def summarize(run_dir: str | Path) -> RunSummary:
         answers_unparsed=sum(int(row.get("answers_unparsed", 0)) for row in rows),
         answers_timeout=sum(int(row.get("answers_timeout", 0)) for row in rows),
         answers_error=sum(int(row.get("answers_error", 0)) for row in rows),
-        final_problems=tuple(evaluations[-1].get("problem_ids", ())) if evaluations else (),
-        final_correct=tuple(evaluations[-1]["correct"]) if heldout else (),
+        groups_remark=groups_remark(config),
+        all_wrong_remark=all_wrong_remark(config, share) if share is not None else "",
+        sampling=tuple(
+            (f"{s}.{k}", _setting_text(section(config, s)[k]))
+            for s, k in SAMPLING_SETTINGS
+            if k in section(config, s)
+        ),
+        **_heldout_fields(run_dir, rows),
+        **_sampled_fields(config, rows),
     )
+
+
+def _setting_text(value: Any) -> str:
+    """A setting's value as the table says it: a text as it is, else its JSON."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _heldout_fields(run_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """RunSummary's held-out fields from RUN/heldout.jsonl: the difference of the last
+    evaluation to step 0's, the problems, samples, step 0's and the last counts, and the time
+    spent: every evaluation's "seconds" where heldout.jsonl has them (step 0 included), else
+    metrics.jsonl's seconds_heldout, which the trainer logs for the evaluations after a step
+    only."""
+    from groupwise.metrics import accuracy_difference
+
+    evaluations = read_heldout(run_dir)
+    heldout = None
+    if len(evaluations) >= 2 and evaluations[0]["step"] == 0:
+        first, last = evaluations[0], evaluations[-1]
+        heldout = accuracy_difference(first["correct"], last["correct"], first["n"])
+    timed = bool(evaluations) and all(is_number(e.get("seconds")) for e in evaluations)
+    return {
+        "heldout": heldout,
+        "heldout_problems": len(evaluations[0]["correct"]) if evaluations else 0,
+        "heldout_samples": int(evaluations[0]["n"]) if evaluations else 0,
+        "final_problems": tuple(evaluations[-1].get("problem_ids", ())) if evaluations else (),
+        "final_correct": tuple(evaluations[-1]["correct"]) if heldout else (),
+        "first_correct": tuple(evaluations[0]["correct"]) if heldout else (),
+        "seconds_heldout": (
+            sum(e["seconds"] for e in evaluations)
+            if timed
+            else sum(row.get("seconds_heldout", 0.0) for row in rows)
+        ),
+        "heldout_timed_from_start": timed and evaluations[0]["step"] == 0,
+    }
+
+
+def _sampled_fields(config: Mapping[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """RunSummary's completions_sampled (metrics.jsonl's, summed over steps; else group_size x
+    questions_per_step per step, without dynamic sampling) and, with dynamic sampling, the
+    dropped groups' shares of the groups sampled (groups_kept + groups_dropped_<kind> where
+    logged, else completions_sampled / group_size)."""
+    rollout = section(config, "rollout")
+    size, questions = rollout.get("group_size"), rollout.get("questions_per_step")
+    if all("completions_sampled" in row for row in rows):
+        sampled: int | None = sum(int(row["completions_sampled"]) for row in rows)
+    elif not rollout.get("dynamic_sampling") and is_number(size) and is_number(questions):
+        sampled = int(size * questions * len(rows))
+    else:
+        sampled = None
+    fields: dict[str, Any] = {"completions_sampled": sampled}
+    if not rollout.get("dynamic_sampling"):
+        return fields
+    dropped = {k: sum(row.get(f"groups_dropped_{k}", 0) for row in rows) for k in GROUP_KINDS}
+    if all("groups_kept" in row for row in rows):
+        groups = sum(row["groups_kept"] for row in rows) + sum(dropped.values())
+    else:
+        groups = sampled / size if sampled and is_number(size) and size > 0 else 0
+    if groups > 0:
+        fields.update({f"dropped_{kind}": count / groups for kind, count in dropped.items()})
+    return fields
 
 
 def versus(reference: RunSummary, other: RunSummary) -> Difference | None:
     """`other`'s final held-out accuracy minus `reference`'s, paired problem by problem, with
-    its 95 % interval (groupwise.metrics.accuracy_difference); None unless both runs
-    were evaluated before and after on the same problems with the same samples per problem.
-    Runs of one config and seed also share each problem's sampling seed, so the difference is
-    the policies'."""
+    its 95 % interval (groupwise.metrics.accuracy_difference); None unless both runs were
+    evaluated before and after on the same problems with the same samples per problem and their
+    step-0 evaluations agree (`not_paired`). Runs of one config and seed share each problem's
+    sampling seed, so their step-0 samples are the same and the difference is the policies'."""
     from groupwise.metrics import accuracy_difference
 
     same = (
@@ -184,11 +291,37 @@ def versus(reference: RunSummary, other: RunSummary) -> Difference | None:
         and reference.heldout_samples == other.heldout_samples
         and len(reference.final_correct) == len(other.final_correct)
         and reference.final_problems == other.final_problems
+        and not_paired(reference, other) is None
     )
     if not same:
         return None
     return accuracy_difference(
         reference.final_correct, other.final_correct, reference.heldout_samples
+    )
+
+
+def not_paired(reference: RunSummary, other: RunSummary) -> str | None:
+    """Why the two runs' held-out evaluations are not paired although they share problems and
+    samples per problem: their step-0 evaluations (the same base policy) differ problem by
+    problem, so they did not draw the same samples (another engine, seed, model or sampling
+    setting). The reason names both step-0 accuracies and the settings that differ, e.g.
+    "step 0 15.0 % vs 10.0 %, rollout.engine "transformers" vs "vllm""; None when the step-0
+    counts agree, or when there is nothing to pair."""
+    a, b = reference, other
+    if a.heldout is None or b.heldout is None or a.heldout_samples != b.heldout_samples:
+        return None
+    if a.final_problems != b.final_problems or len(a.first_correct) != len(b.first_correct):
+        return None
+    if a.first_correct == b.first_correct:
+        return None
+    settings, theirs = dict(a.sampling), dict(b.sampling)
+    differ = [
+        f"{key} {value} vs {theirs[key]}"
+        for key, value in settings.items()
+        if key in theirs and theirs[key] != value
+    ]
+    return ", ".join(
+        [f"step 0 {100 * a.heldout.before:.1f} % vs {100 * b.heldout.before:.1f} %", *differ]
     )
 
 
@@ -212,20 +345,11 @@ def heldout_line(summary: RunSummary) -> str:
 def summary_text(summary: RunSummary) -> str:
     """Each run's lines, as `groupwise train` prints them at its end."""
     s = summary
-    lines = [
-        f"{s.label}: {s.steps} steps, {s.seconds_training / 60:.1f} min of training"
-        + (f" + {s.seconds_heldout / 60:.1f} min of held-out evaluation" if s.heldout else ""),
-        f"  held-out accuracy ({s.heldout_problems} problems x {s.heldout_samples} samples): "
-        + heldout_line(s)
-        if s.heldout
-        else "  " + heldout_line(s),
-        f"  groups, mean over steps: mixed {s.mixed:.0%}, all-correct {s.all_correct:.0%}, "
-        f"all-wrong {s.all_wrong:.0%} (GRPO learns from mixed groups only)",
-    ]
+    lines = [_time_line(s), "  " + _heldout_text(s), "  " + _groups_text(s)]
     if s.all_wrong_with_gradient is not None:
         lines.append(
-            f"  all-wrong groups that got a gradient: {s.all_wrong_with_gradient:.1%} of them"
-            + (" (LENS's calibrated negatives)" if "LENS" in s.label else " (advantage 0)")
+            "  all-wrong groups that got a gradient (a non-zero advantage): "
+            f"{s.all_wrong_with_gradient:.1%} of them ({s.all_wrong_remark})"
         )
     if s.pairs_per_group is not None:
         lines.append(
@@ -235,10 +359,54 @@ def summary_text(summary: RunSummary) -> str:
         )
     if s.answers_unparsed or s.answers_timeout or s.answers_error:
         lines.append(
-            f"  answer checking: {s.answers_unparsed} answers compared as text (math-verify "
-            f"could not parse them), {s.answers_timeout} timed out, {s.answers_error} errored"
+            f"  answer checking: {plural(s.answers_unparsed, 'answer')} compared as text "
+            f"(math-verify could not parse them), {s.answers_timeout} timed out, "
+            f"{s.answers_error} errored"
         )
     return "\n".join(lines)
+
+
+def _time_line(s: RunSummary) -> str:
+    """'GRPO: 50 steps, 6,400 completions sampled, 9.1 min of training + 4.2 min of held-out
+    evaluation (step 0 included)'."""
+    line = f"{s.label}: {plural(s.steps, 'step')}"
+    if s.completions_sampled is not None:
+        line += f", {plural(s.completions_sampled, 'completion')} sampled"
+    line += f", {s.seconds_training / 60:.1f} min of training"
+    if s.heldout is not None:
+        line += f" + {s.seconds_heldout / 60:.1f} min of held-out evaluation " + (
+            "(step 0 included)"
+            if s.heldout_timed_from_start
+            else "(after steps only: the run did not log the step-0 evaluation's time)"
+        )
+    return line
+
+
+def _heldout_text(s: RunSummary) -> str:
+    """'held-out accuracy (200 problems x 4 samples): 21.9 % -> ...' or why there is none."""
+    if s.heldout is None:
+        return heldout_line(s)
+    size = f"{plural(s.heldout_problems, 'problem')} x {plural(s.heldout_samples, 'sample')}"
+    return f"held-out accuracy ({size}): {heldout_line(s)}"
+
+
+def _groups_text(s: RunSummary) -> str:
+    """The group shares (of the groups trained on, with dynamic sampling also the groups it
+    dropped, of those sampled) and what the method learns from."""
+    what = "groups trained on (kept)" if s.dynamic_sampling else "groups"
+    text = (
+        f"{what}, mean over steps: mixed {s.mixed:.0%}, all-correct {s.all_correct:.0%}, "
+        f"all-wrong {s.all_wrong:.0%}"
+    )
+    if s.dynamic_sampling:
+        dropped = (s.dropped_all_correct or 0) + (s.dropped_all_wrong or 0) + (s.dropped_mixed or 0)
+        text += (
+            f"; of the groups sampled, dynamic sampling dropped {dropped:.0%} (all-correct "
+            f"{s.dropped_all_correct:.0%}, all-wrong {s.dropped_all_wrong:.0%}"
+            + (f", mixed {s.dropped_mixed:.0%}" if s.dropped_mixed else "")
+            + ")"
+        )
+    return text + (f" ({s.groups_remark})" if s.groups_remark else "")
 
 
 def _cell(value: float | None, fmt: str) -> str:
@@ -254,36 +422,67 @@ def run_labels(summaries: Sequence[RunSummary]) -> list[str]:
     ]
 
 
+# The table's cell for a run whose step-0 evaluation differs from the first run's.
+NOT_PAIRED = "⚠ not paired: step-0 samples differ"
+
+
 def comparison_table(summaries: Sequence[RunSummary], labels: Sequence[str] = ()) -> str:
     """One markdown row per run (named by `labels`, by default `run_labels`): held-out
-    accuracy before, after, the difference and its interval, the group shares and each
-    method's own signal; with several runs also each run's final accuracy against the first
-    run's, paired over problems (`versus`)."""
+    accuracy before, after, the difference and its interval, the completions sampled, the
+    group shares (with dynamic sampling: of the groups kept) and each method's own signal;
+    with several runs also each run's final accuracy against the first run's, paired over
+    problems (`versus`), or NOT_PAIRED where their step-0 evaluations differ (`not_paired`:
+    the interval is left out, and `unpaired_warning` says why)."""
     labels = list(labels or run_labels(summaries))
     compared = len(summaries) > 1
     header = "| method | held-out before | after | difference [95 % CI] | "
     if compared:
         header += f"after vs {labels[0]} [95 % CI] | "
     header += (
-        "groups mixed / all-correct / all-wrong | all-wrong groups with a gradient | "
-        "AMIR pairs per group | lambda first -> last |"
+        "completions sampled | groups mixed / all-correct / all-wrong | "
+        "all-wrong groups with a gradient | AMIR pairs per group | lambda first -> last |"
     )
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     for s, label in zip(summaries, labels, strict=True):
         held = [_interval_cell(s.heldout, before_after=True)]
         if compared:
-            held.append("–" if s is summaries[0] else _interval_cell(versus(summaries[0], s)))
+            held.append(_versus_cell(summaries[0], s))
         lam = f"{s.lambda_first:.4f} -> {s.lambda_last:.4f}" if s.lambda_first is not None else "–"
+        groups = f"{s.mixed:.0%} / {s.all_correct:.0%} / {s.all_wrong:.0%}"
         cells = [
             label,
             *held,
-            f"{s.mixed:.0%} / {s.all_correct:.0%} / {s.all_wrong:.0%}",
+            "–" if s.completions_sampled is None else f"{s.completions_sampled:,}",
+            groups + (" (kept)" if s.dynamic_sampling else ""),
             _cell(s.all_wrong_with_gradient, ".1%"),
             _cell(s.pairs_per_group, ".1f"),
             lam,
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _versus_cell(reference: RunSummary, other: RunSummary) -> str:
+    if other is reference:
+        return "–"
+    return NOT_PAIRED if not_paired(reference, other) else _interval_cell(versus(reference, other))
+
+
+def unpaired_warning(summaries: Sequence[RunSummary], labels: Sequence[str] = ()) -> str | None:
+    """One line naming each run whose step-0 held-out evaluation differs from the first run's
+    (`not_paired`) and why; None when there is none."""
+    labels = list(labels or run_labels(summaries))
+    reasons = [
+        f"{label}: {reason}"
+        for s, label in zip(summaries[1:], labels[1:], strict=True)
+        if (reason := not_paired(summaries[0], s))
+    ]
+    if not reasons:
+        return None
+    return (
+        f"warning: not paired with {labels[0]}, whose step-0 held-out evaluation differs, so "
+        f"the runs did not sample alike ('after vs {labels[0]}' left out): " + "; ".join(reasons)
+    )
 
 
 def _interval_cell(d: Difference | None, before_after: bool = False) -> str:
