@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from groupwise.report.plots import plot_curves, plot_heldout, plot_pass1
+from groupwise.records import RESULTS_FILE
+from groupwise.report.plots import plot_curves, plot_heldout, plot_pass1, smoothing_note
 from groupwise.report.tables import (
     PAIRED_HEADER,
     RUNS_HEADER,
@@ -53,12 +54,43 @@ def heldout_blocks(records: Sequence[RunRecord], page: Path) -> list[Block]:
         (
             "p",
             "From each run's heldout.jsonl (train.eval_every, data.heldout): the policy before "
-            "the first step, during training and after the last step, on the same problems with "
-            "the same random streams; pass@k in percent (unbiased estimator, mean over "
-            "problems) with its 95 % bootstrap interval over problems.",
+            "the first step, during training and after the last step, each run's evaluations on "
+            "the same problems with the same random streams; pass@k in percent (unbiased "
+            "estimator, mean over problems) with its 95 % bootstrap interval over problems.",
         ),
+        *_unpaired_blocks(records),
         ("table", header, rows),
         ("img", figure.name, "held-out pass@1 over training"),
+    ]
+
+
+def _unpaired_blocks(records: Sequence[RunRecord]) -> list[Block]:
+    """A warning naming the runs whose step-0 held-out evaluation differs from the first
+    run's on the same problems (correct counts per problem): they did not draw the same
+    samples (another engine, seed or model), so their numbers are not paired problem by
+    problem with the first run's. [] when there is none."""
+    runs = [r for r in records if r.heldout and r.heldout[0]["step"] == 0]
+    if len(runs) < 2:
+        return []
+    first = runs[0].heldout[0]
+
+    def differs(evaluation: Mapping[str, Any]) -> bool:
+        same_problems = evaluation.get("problem_ids") == first.get("problem_ids")
+        same_size = len(evaluation["correct"]) == len(first["correct"])
+        alike = same_problems and same_size and evaluation["n"] == first["n"]
+        return alike and evaluation["correct"] != first["correct"]
+
+    unpaired = [r.name for r in runs[1:] if differs(r.heldout[0])]
+    if not unpaired:
+        return []
+    return [
+        (
+            "p",
+            f"Not paired: the step-0 evaluation of {', '.join(unpaired)} differs from "
+            f"{runs[0].name}'s on the same problems, so those runs did not draw the same "
+            "samples (another engine, seed or model); compare their accuracies, not their "
+            "problem-by-problem differences.",
+        )
     ]
 
 
@@ -164,16 +196,35 @@ def render_html(blocks: Sequence[Block], title: str) -> str:
 def evaluations(
     records: Sequence[RunRecord],
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Path]]:
-    """Every evaluation of the runs by its name on the page (RUN/LABEL, or LABEL alone for one
-    run with one): ({name: results.json}, {name: the samples.jsonl beside it, where there is
-    one})."""
+    """Every evaluation of the runs by its name on the page: RUN/LABEL for a run's eval/LABEL;
+    LABEL alone for one run with one evaluation; RUN alone for an evaluation folder (or
+    results.json) given itself, whose label is its own folder's name (never "NAME/NAME"):
+    ({name: results.json}, {name: the samples.jsonl beside it, where there is one})."""
 
     def name(record: RunRecord, label: str) -> str:
+        path = record.path
+        own = path.is_file() or (path / RESULTS_FILE).is_file()
+        if own and label == (path.parent.name if path.is_file() else path.name):
+            return record.name
         return f"{record.name}/{label}" if len(records) > 1 or len(record.evals) > 1 else label
 
     evals = {name(r, label): results for r in records for label, results in r.evals.items()}
     samples = {name(r, label): path for r in records for label, path in r.samples.items()}
     return evals, samples
+
+
+def evaluation_blocks(evals: Mapping[str, Mapping[str, Any]]) -> list[Block]:
+    """What pass@k means here, then one table per k (rows: benchmarks, columns: `evals`)."""
+    blocks: list[Block] = [
+        (
+            "p",
+            "pass@k in percent (unbiased estimator, mean over problems) with its "
+            "95 % bootstrap interval over problems.",
+        )
+    ]
+    for k, header, rows in eval_tables(evals):
+        blocks += [("h", 3, f"pass@{k}"), ("table", header, rows)]
+    return blocks
 
 
 def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Block]:
@@ -189,8 +240,9 @@ def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Blo
             ("h", 2, "Training curves"),
             (
                 "p",
-                "From each run's metrics.jsonl (faint: raw; solid: trailing moving average "
-                "when a run has more than 50 steps).",
+                "From each run's metrics.jsonl ("
+                + smoothing_note([len(r.metrics) for r in records if r.metrics])
+                + "); rewards of different definitions in panels of their own.",
             ),
             ("img", curves.name, "training curves"),
         ]
@@ -210,16 +262,7 @@ def build_page(records: Sequence[RunRecord], page: Path, title: str) -> list[Blo
                     "numbers do not measure the same thing: " + "; ".join(mismatches) + ".",
                 )
             )
-        blocks += [
-            ("h", 2, "Evaluation"),
-            (
-                "p",
-                "pass@k in percent (unbiased estimator, mean over problems) with its "
-                "95 % bootstrap interval over problems.",
-            ),
-        ]
-        for k, header, rows in eval_tables(evals):
-            blocks += [("h", 3, f"pass@{k}"), ("table", header, rows)]
+        blocks += [("h", 2, "Evaluation"), *evaluation_blocks(evals)]
         bars = plot_pass1(evals, page.with_name(f"{page.stem}-pass1.png"))
         if bars is not None:
             blocks.append(("img", bars.name, "pass@1 per benchmark"))

@@ -17,10 +17,12 @@ from typing import Any
 from groupwise.evaluation.calibration import value_with_interval
 from groupwise.metrics import doubling_ks, pass_at_k_table
 from groupwise.records import read_samples
-from groupwise.run_reader import RunRecord, is_number
+from groupwise.report.methods import method_label
+from groupwise.run_reader import RunRecord, is_number, read_config
 
 RUNS_HEADER = [
     "run",
+    "method",
     "path",
     "steps logged",
     "last reward_mean",
@@ -31,8 +33,10 @@ RUNS_HEADER = [
 
 
 def runs_rows(records: Sequence[RunRecord]) -> list[list[str]]:
-    """Rows of RUNS_HEADER: each run's folder, steps, last logged reward, accuracy and lambda,
-    and the names of its evaluations (held-out ones as "held-out at steps 0, 50, 100")."""
+    """Rows of RUNS_HEADER: each run's name, the method its config.yaml trains
+    (methods.method_label; '-' for an evaluation folder), folder, steps, last logged reward,
+    accuracy and lambda, and the names of its evaluations (held-out ones as "held-out at steps
+    0, 50, 100")."""
 
     def last(rows: Sequence[Mapping[str, Any]], key: str) -> str:
         values = [row[key] for row in rows if is_number(row.get(key))]
@@ -45,6 +49,7 @@ def runs_rows(records: Sequence[RunRecord]) -> list[list[str]]:
     return [
         [
             r.name,
+            _method(r),
             str(r.path),
             str(len(r.metrics)),
             last(r.metrics, "reward_mean"),
@@ -54,6 +59,12 @@ def runs_rows(records: Sequence[RunRecord]) -> list[list[str]]:
         ]
         for r in records
     ]
+
+
+def _method(record: RunRecord) -> str:
+    """The method a training run's config.yaml trains; '-' without a training config."""
+    config = read_config(record.path) if record.path.is_dir() and record.metrics else None
+    return method_label(config) if isinstance(config, dict) else "-"
 
 
 def benchmarks(results: Mapping[str, Any]) -> list[str]:
