@@ -23,6 +23,12 @@ from groupwise.rewards.checking import DEFAULT_MODE, MODES
 
 DATA_SOURCE_PREFIX = "groupwise/"
 PARQUET_SUFFIX = ".parquet"
+MESSAGE_TEXT_TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
+"""A chat template that renders the messages' text alone, for a model taught on the bare
+question (groupwise's `arith-base`, whose tokenizer has none): with `--prompt plain` (one user
+message) verl then gives the model what groupwise's own `render_prompt` does. verl applies a
+chat template to every prompt; pass it as `actor_rollout_ref.model.custom_chat_template`
+(docs/guides/verl.md, "On a CPU")."""
 
 
 def verl_rows(

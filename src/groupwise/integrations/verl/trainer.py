@@ -24,7 +24,13 @@ step:
 
 verl's own v1 trainers get one check at their start (`refusing_at_start` around verl's
 PPOTrainer.__init__): a groupwise estimator whose options they cannot run (LENS, AMIR,
-mask_truncated) is refused in one line before any worker starts, not at the first step.
+mask_truncated) is refused in one line before any worker starts, not at the first step. Every
+v1 trainer of a groupwise estimator, the trainer mode's included, gets a second when it loads
+the tokenizer (`checking_chat_template` around PPOTrainer._init_tokenizer, the first step of its
+set-up, before any worker): a tokenizer without a chat template, which verl's dataset and agent
+loop apply to every prompt, is refused in one line naming the model and verl's
+`actor_rollout_ref.model.custom_chat_template` (without it verl drops every prompt, or its
+rollout fails in a worker, and the run stops on an empty batch).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from verl.workers.utils.padding import response_to_nested
 from groupwise.algorithms import ADVANTAGE_ESTIMATORS
 from groupwise.integrations.verl.advantages import check_verl_trainer
 from groupwise.integrations.verl.batch import batch_fields, observe_losses
+from groupwise.integrations.verl.data import MESSAGE_TEXT_TEMPLATE
 from groupwise.integrations.verl.loss import COEFFICIENTS, amir_ppo_loss
 from groupwise.integrations.verl.options import (
     ESTIMATOR_PREFIX,
@@ -244,6 +251,58 @@ def refusing_at_start(verl_init: Callable[..., None]) -> Callable[..., None]:
 
 
 PPOTrainer.__init__ = refusing_at_start(PPOTrainer.__init__)
+
+TEMPLATE_FREE_MODEL_TYPES = ("deepseek_v4",)
+"""config.json model types that verl 0.9.1 prompts without a chat template (its DeepSeek-V4
+encoder, verl.utils.tokenizer.deepseek)."""
+
+
+def check_chat_template(model: Any, tokenizer: Any, processor: Any = None) -> None:
+    """Refuse, in one line naming the model, a tokenizer (or the processor, for a multimodal
+    model: what verl applies then) without a chat template: verl's dataset and agent loop apply
+    one to every prompt. `model` is verl's `actor_rollout_ref.model` config; `tokenizer` and
+    `processor` are what verl loaded from it (its `custom_chat_template` already set)."""
+    applied, kind = (tokenizer, "tokenizer") if processor is None else (processor, "processor")
+    if getattr(applied, "chat_template", None) or model_type(model) in TEMPLATE_FREE_MODEL_TYPES:
+        return
+    key = "tokenizer_path" if model.get("tokenizer_path") else "path"
+    raise ValueError(
+        f"actor_rollout_ref.model.{key}={model.get(key)}: its {kind} has no chat template "
+        f"({kind}.chat_template is not set), which verl applies to every prompt; give one with "
+        "actor_rollout_ref.model.custom_chat_template=TEMPLATE, e.g. "
+        f"'{MESSAGE_TEXT_TEMPLATE}' (the message text alone: a model taught on the bare "
+        'question, such as groupwise\'s arith-base; docs/guides/verl.md, "On a CPU")'
+    )
+
+
+def model_type(model: Any) -> str | None:
+    """The config.json model type of verl's `actor_rollout_ref.model` config, or None where it
+    cannot be read here."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(
+            str(model.get("hf_config_path") or model.path),
+            trust_remote_code=bool(model.get("trust_remote_code", False)),
+        ).model_type
+    except Exception:
+        return None
+
+
+def checking_chat_template(verl_init_tokenizer: Callable[..., None]) -> Callable[..., None]:
+    """verl's PPOTrainer._init_tokenizer, then `check_chat_template` for a run of a groupwise
+    estimator (any v1 trainer): the first step of the trainer's set-up, before any worker."""
+
+    @functools.wraps(verl_init_tokenizer)
+    def init_tokenizer(self: PPOTrainer, *args: Any, **kwargs: Any) -> None:
+        verl_init_tokenizer(self, *args, **kwargs)
+        if str(self.config.algorithm.adv_estimator).startswith(ESTIMATOR_PREFIX):
+            check_chat_template(self.config.actor_rollout_ref.model, self.tokenizer, self.processor)
+
+    return init_tokenizer
+
+
+PPOTrainer._init_tokenizer = checking_chat_template(PPOTrainer._init_tokenizer)
 
 
 def resumed_folder(trainer: Any, global_steps: int) -> str:
