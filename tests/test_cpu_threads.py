@@ -66,27 +66,38 @@ def test_torch_takes_one_thread_per_allowed_core() -> None:
     assert out.stdout.strip() == "1"
 
 
-def test_the_command_says_what_it_took_and_reads_options_after_overrides() -> None:
-    """`groupwise train` names its threads on stderr; overrides may follow --resume."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "groupwise.cli",
-            "train",
-            "--config",
-            "configs/quickstart.yaml",
-            "--resume",
-            "train.max_steps=5",
-            "--print-config",
-        ],
+def test_the_command_says_what_it_took_once_its_arguments_are_checked(tmp_path: Path) -> None:
+    """`groupwise train` names its threads on stdout when the run starts; a refused command
+    stays one line; options may follow overrides (--print-config after --resume and one)."""
+    printed = _train(["--resume", "train.max_steps=5", "--print-config"], tmp_path / "printed")
+    assert printed.returncode == 0, printed.stderr
+    assert "\n  max_steps: 5" in printed.stdout
+    refused = _train(["rollout.temperature=0"], tmp_path / "refused")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    started = _train([], tmp_path / "run")
+    assert started.returncode == 0, started.stderr
+    cores = sorted(os.sched_getaffinity(0))
+    line = f"groupwise train: {len(cores)} threads on cores {core_list(cores)} of "
+    assert started.stdout.startswith(line), started.stdout
+    assert "(OMP_WAIT_POLICY=PASSIVE)\n" in started.stdout
+
+
+def _train(arguments: list[str], output: Path) -> subprocess.CompletedProcess[str]:
+    """`groupwise train` of the tiny model for one short step, output in `output`."""
+    tiny = [
+        "model.name=tiny-random",
+        "data.benchmark=arith",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=4",
+        "train.max_steps=1",
+        "train.progress=false",
+        "train.eval_every=0",
+        f"train.output_dir={output}",
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "groupwise.cli", "train", *tiny, *arguments],
         cwd=ROOT,
         env=_clean_env(),
         capture_output=True,
         text=True,
     )
-    assert out.returncode == 0, out.stderr
-    cores = sorted(os.sched_getaffinity(0))
-    assert f"groupwise train: {len(cores)} threads on cores {core_list(cores)}" in out.stderr
-    assert "OMP_WAIT_POLICY=PASSIVE" in out.stderr
-    assert "\n  max_steps: 5" in out.stdout

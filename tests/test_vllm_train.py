@@ -100,13 +100,17 @@ def test_train_on_vllm_resumes_after_a_kill(model_dir: str, tmp_path: Path) -> N
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert not (run_dir / "final").exists()
-    subprocess.run(
+    resumed_run = subprocess.run(
         train(model_dir, run_dir, "--resume"),
         env=environment(),
         check=True,
         timeout=900,
         capture_output=True,
+        text=True,
     )
+    # the killed session left memory.json unfinished: the resume says what it held
+    killed = "the previous session of this run ended without finishing after step "
+    assert killed in resumed_run.stderr and "GiB at its peak" in resumed_run.stderr
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records][-2:] == [2, 3] and records[0]["step"] == 1
     assert (run_dir / "final" / "adapter").is_dir()
@@ -188,3 +192,38 @@ def test_dynamic_sampling_with_vllm_rollouts(model_dir: str, tmp_path: Path) -> 
         assert record["groups_kept"] == 0 and record["groups_filled"] == 2
         # the assembled rows keep their own sampler log-probs: still the trainer's to rounding
         assert record["sampling_logp_difference"] < 1e-3
+
+
+def test_a_vllm_share_the_machine_cannot_give_is_refused_before_the_engine_starts(
+    tmp_path: Path,
+) -> None:
+    """The SmolLM2 preset with rollout.vllm_memory=0.95: vLLM would reserve 95 % of the host's
+    memory for the process and the update comes on top, so the run is refused in one line
+    naming rollout.vllm_memory and a value that fits, before vLLM starts (docs/guides/train.md,
+    "Memory")."""
+    env = environment()
+    env.pop("VLLM_CPU_KVCACHE_SPACE")  # the preset's own sizing: vLLM's share of the host
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "groupwise",
+            "train",
+            "--config",
+            str(REPO / "configs" / "smollm2_arith.yaml"),
+            "rollout.vllm_memory=0.95",
+            f"train.output_dir={tmp_path / 'run'}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("groupwise train: rollout.vllm_memory=0.95: lower it to at most 0."), (
+        last
+    )
+    assert "vLLM's KV cache" in last and "GiB available of" in last
+    assert "vLLM engine on cores" not in out.stderr
+    assert not (tmp_path / "run").exists()  # a start refused before its first step

@@ -2,9 +2,10 @@
 
 Each subcommand lives beside the code it drives and exposes `add_arguments(parser)` and
 `run(args) -> int`; they are imported only when chosen, so `groupwise --help` stays fast. The
-commands that compute (COMPUTING) set their CPU threads before torch loads and say what they
-took (groupwise.cpu_threads). Options and positional arguments may come in any order
-(`groupwise train --config C.yaml --resume train.max_steps=80`).
+commands that compute (COMPUTING) set their CPU threads before torch loads
+(groupwise.cpu_threads) and say what they took once their arguments are checked. Options and
+positional arguments may come in any order (`groupwise train --config C.yaml --resume
+train.max_steps=80`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv or ["--help"])
         return 2
     if argv[0] in COMPUTING:
-        # before the subcommand's module imports torch: OpenMP reads these once, at load
-        print(f"groupwise {argv[0]}: {settle_threads()}", file=sys.stderr)
+        settle_threads()  # before the subcommand imports torch: OpenMP reads them at load
     quiet = not debugging()
     formatwarning = warnings.formatwarning
     with warnings.catch_warnings():  # the command's warning settings end with it

@@ -13,7 +13,8 @@ first thing (`settle_threads`), each only where the environment does not already
   cgroup cpusets shrink it), not the machine's. Fewer threads than cores (one) measured slower
   beside other work (3.0x) as well as alone (2.3x slower).
 
-vLLM's CPU engine takes the same cores (groupwise.rollout.vllm_cpu).
+vLLM's CPU engine takes the same cores (groupwise.rollout.vllm_cpu). The command says what it
+took (`announce`) once its arguments are checked, so that a refused command stays one line.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping, Sequence
 
-__all__ = ["core_list", "settle_threads"]
+__all__ = ["announce", "core_list", "settle_threads"]
+
+_settled: list[str] = []  # what settle_threads set in this process, for announce
 
 
 def settle_threads(environ: MutableMapping[str, str] | None = None) -> str:
@@ -31,10 +34,21 @@ def settle_threads(environ: MutableMapping[str, str] | None = None) -> str:
     cores = sorted(os.sched_getaffinity(0))
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.setdefault("OMP_NUM_THREADS", str(len(cores)))
-    return (
+    line = (
         f"{env['OMP_NUM_THREADS']} threads on cores {core_list(cores)} of "
         f"{os.cpu_count()} (OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']})"
     )
+    if environ is None:
+        _settled[:] = [line]
+    return line
+
+
+def announce(prog: str) -> None:
+    """Print `PROG: <what settle_threads set>` on standard output (standard error is for what
+    went wrong), once, when this process settled its threads (the `groupwise` command did);
+    nothing otherwise."""
+    if _settled:
+        print(f"{prog}: {_settled.pop()}", flush=True)
 
 
 def core_list(cores: Sequence[int]) -> str:

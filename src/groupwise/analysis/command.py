@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from groupwise.cpu_threads import announce
+
 # name -> (module, one-line help); modules are imported only when chosen
 ANALYSES: dict[str, tuple[str, str]] = {
     "perplexity": (
@@ -44,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    announce("groupwise analyze")
     if args.quiet:
         from groupwise.models import hide_loading_bars
 

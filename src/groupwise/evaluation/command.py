@@ -20,6 +20,7 @@ from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from groupwise.cpu_threads import announce
 from groupwise.evaluation.config import (
     DEFAULT_BATCH_SIZES,
     FORMER_GRADINGS,
@@ -431,6 +432,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, ImportError, ServerError) as err:
         print(f"groupwise eval: {err}", file=sys.stderr)  # a user error: one line, exit 2
         return 2
+    announce("groupwise eval")
     try:
         results = evaluate(
             config,

@@ -8,9 +8,16 @@ what it wrote, so the corrected command runs as typed. A user error (config, run
 file, model) is one line on stderr, exit status 2; --debug or GROUPWISE_DEBUG=1 shows its
 traceback instead.
 
+Memory (train.memory_budget): a run whose settings need more memory than this machine has
+available is refused before its sampler starts, in one line naming the setting to lower; a run
+that still runs out (an allocation fails) ends in one line naming it, its checkpoints intact; a
+--resume after a session that was killed (the kernel's out-of-memory killer) says what that
+session held.
+
 Exit status: 0 the run reached train.max_steps; 2 a user error; 1 training stopped on a
-non-finite value (no step was taken on it); 128 + signal (130 Ctrl-C, 143 SIGTERM) the run was
-stopped by a signal after writing a checkpoint, so a scheduler sees it did not finish.
+non-finite value (no step was taken on it) or ran out of memory; 128 + signal (130 Ctrl-C,
+143 SIGTERM) the run was stopped by a signal after writing a checkpoint, so a scheduler sees
+it did not finish.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import signal
 import sys
 
 from groupwise.config import ConfigError, documented_yaml
+from groupwise.cpu_threads import announce
 from groupwise.errors import NonFiniteError, RewardError
 from groupwise.train.config import Config
+from groupwise.train.memory_budget import unfinished_session
 from groupwise.train.preflight import load_run_config
 from groupwise.train.run_folder import RunFolder, RunFolderError
 
@@ -100,8 +109,9 @@ def _open_run_folder(config: Config, args: argparse.Namespace) -> RunFolder | No
     if os.environ.get("RANK", "0") != "0":
         return None
     mode = "resume" if args.resume else "overwrite" if args.overwrite else "fresh"
+    killed = unfinished_session(config.train.output_dir) if args.resume else None
     folder = RunFolder.open(config.train.output_dir, config, mode)
-    for note in folder.notes:
+    for note in [*([killed] if killed else []), *folder.notes]:
         print(f"groupwise train: {note}", file=sys.stderr)
     return folder
 
@@ -115,6 +125,7 @@ def _train(config: Config, args: argparse.Namespace, folder: RunFolder | None, d
         if debug:
             raise
         return _user_error(err)
+    announce("groupwise train")
     try:
         final = trainer.train()
     except RewardError as err:  # a reward plugin's mistake: the user's to fix
@@ -129,6 +140,11 @@ def _train(config: Config, args: argparse.Namespace, folder: RunFolder | None, d
             f"the checkpoints in {trainer.run_dir / 'checkpoints'} are as they were",
             file=sys.stderr,
         )
+        return 1
+    except (MemoryError, RuntimeError) as err:
+        if debug or not _out_of_memory(err):
+            raise
+        print(_out_of_memory_line(err, config, trainer.step + 1, args), file=sys.stderr)
         return 1
     stopped_by = trainer.stop_signal
     if stopped_by is not None:
@@ -148,6 +164,32 @@ def _train(config: Config, args: argparse.Namespace, folder: RunFolder | None, d
         print(summary_text(summarize(trainer.run_dir)))
         print(f"figure:     {plot_run(trainer.run_dir)}")
     return 0
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """An allocation that failed: MemoryError, torch.OutOfMemoryError (a RuntimeError), or the
+    CPU allocator's RuntimeError ("DefaultCPUAllocator: can't allocate memory")."""
+    text = str(err)
+    allocation = "can't allocate memory" in text or "out of memory" in text
+    return isinstance(err, MemoryError) or allocation
+
+
+def _out_of_memory_line(
+    err: BaseException, config: Config, step: int, args: argparse.Namespace
+) -> str:
+    """One line: where it ran out, the settings to lower, the checkpoints, how to continue
+    (both settings may change on --resume)."""
+    group, micro = config.rollout.group_size, config.train.micro_batch_size
+    half = max(group, micro // 2 // group * group)
+    settings = f"train.micro_batch_size (now {micro})"
+    if config.rollout.engine == "vllm":
+        settings += f" or rollout.vllm_memory (now {config.rollout.vllm_memory:g})"
+    first = " ".join(str(err).split())[:160]
+    return (
+        f"groupwise train: out of memory in step {step} ({first}); lower {settings}; the "
+        f"checkpoints in {config.train.output_dir}/checkpoints are intact; continue with: "
+        f"{resume_command(args)}" + (f" train.micro_batch_size={half}" if half < micro else "")
+    )
 
 
 def _user_error(err: BaseException) -> int:

@@ -54,6 +54,14 @@ from groupwise.train.draws import Draw, assemble, choose_groups, warn_if_filled
 from groupwise.train.heldout import HeldoutEvaluation
 from groupwise.train.host_memory import keep_freed_memory
 from groupwise.train.learner import Learner, LearnSettings
+from groupwise.train.memory_budget import (
+    HostMemory,
+    MemoryNote,
+    ModelShape,
+    check_memory,
+    estimate_memory,
+    peak_memory_gib,
+)
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
 from groupwise.train.policy import PolicyLogprobs, load_trainable_policy
 from groupwise.train.progress import ProgressLine
@@ -96,6 +104,7 @@ class Trainer:
         if self.device.type == "cpu":
             keep_freed_memory()
         self.model, self.tokenizer = load_trainable_policy(cfg.model, str(self.device))
+        self.memory = self._check_memory()
         self.generator = build_generator(cfg, self.model, self.tokenizer)
         self.rewards = RewardSuite(
             cfg.reward.weights,
@@ -111,6 +120,21 @@ class Trainer:
         self._logs(resume_step=self.step if resumed else None)
         self._stop_requested = False
         self.stop_signal: int | None = None
+
+    def _check_memory(self) -> MemoryNote | None:
+        """On a CPU, what the settings need against the memory available, before the sampler
+        starts (ConfigError naming the setting to lower); the run folder's memory.json on rank
+        0 (train.memory_budget)."""
+        if self.device.type != "cpu":
+            return None
+        cfg, host = self.config, HostMemory.read()
+        rendered = [
+            render_prompt(p, cfg.data.prompt, self.tokenizer) for p in self.sampler.questions(0)
+        ]
+        longest = max(len(self.tokenizer(p, add_special_tokens=False).input_ids) for p in rendered)
+        estimate = estimate_memory(cfg, ModelShape.of(self.model), longest)
+        check_memory(estimate, cfg, host)
+        return MemoryNote(self.run_dir, estimate, host) if self.dist.is_main else None
 
     def _problems(self) -> list[Any]:
         """The training problems: one benchmark or a mix, the first data.limit of them."""
@@ -193,7 +217,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         progress = ProgressLine()
-        with self._graceful_stop():
+        with self._graceful_stop(), self._memory_session():
             if self.heldout is not None and self.step == 0:
                 self.heldout.at(0)
             while not self._done() and not self._stop_requested:
@@ -217,6 +241,8 @@ class Trainer:
             self.rollout_log.write(samples)
         if self.step % self.config.train.save_every == 0 or self._done():
             self.save()
+        if self.memory is not None:
+            self.memory.after_step(self.step)
         return record
 
     def _done(self) -> bool:
@@ -264,7 +290,7 @@ class Trainer:
         epoch = self.sampler.epoch(self.position)
         metrics = step_metrics(step, epoch, len(problems), batch, learned, tokens, seconds)
         metrics.update(cost)
-        metrics.update(engine_record(self.generator))
+        metrics.update(engine_record(self.generator), peak_memory_gib=peak_memory_gib())
         return metrics, step_samples(step, problems, batch, learned)
 
     def _sample(self) -> tuple[list[Any], ScoredBatch, dict[str, int], float]:
@@ -434,6 +460,16 @@ class Trainer:
         if self.config.train.export_merged:
             save_merged(self.model, self.tokenizer, final / "merged")
         return target
+
+    @contextmanager
+    def _memory_session(self) -> Iterator[None]:
+        """memory.json says the session finished when train() ends, by an error too; only a
+        kill leaves it unfinished."""
+        try:
+            yield
+        finally:
+            if self.memory is not None:
+                self.memory.finished()
 
     @contextmanager
     def _graceful_stop(self) -> Iterator[None]:
