@@ -95,6 +95,10 @@ RESUMABLE_CHANGES: dict[str, str] = {
     "rollout.batch_size": "how many completions are decoded together; each prompt's samples "
     "come from its own seeded stream",
     "model.device": "where the run computes (resuming on another machine)",
+    "train.micro_batch_size": "how many completions a forward and backward pass takes; the "
+    'update is their sum, the same for any value (memory: docs/guides/train.md, "Memory")',
+    "rollout.vllm_memory": "how much memory vLLM reserves; each prompt's samples come from its "
+    "own seeded stream",
 }
 
 
