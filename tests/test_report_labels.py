@@ -430,3 +430,7 @@ def test_a_dynamic_sampling_run_draws_its_dropped_groups(
     plain = make_run(tmp_path / "grpo", {}, [{}])
     plot_run(plain)
     assert drawn.pop().axes[-1].get_title() == "groups"
+    # an overlong-penalised run whose all-wrong groups got a gradient draws that share too
+    over = make_run(tmp_path / "over", {}, [{"group_all_wrong_active": 0.125}])
+    plot_run(over)
+    assert drawn.pop().axes[-1].get_title() == "all-wrong groups with a gradient"

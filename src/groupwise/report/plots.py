@@ -307,8 +307,9 @@ def plot_run(run_dir: str | Path, path: str | Path | None = None) -> Path:
     a term its method does not use. Always: training reward (`_draw_smoothed`) and the group
     shares (mixed / all-correct / all-wrong; with dynamic sampling those of the groups kept,
     and the dropped ones as shares of the groups sampled); with held-out evaluations, held-out
-    accuracy with its 95 % interval over problems; LENS: the share of all-wrong groups that got
-    a gradient; AMIR-GRPO: pairs per group and lambda_reg."""
+    accuracy with its 95 % interval over problems; LENS, or any run whose all-wrong groups got a
+    gradient (other reward parts, as the overlong penalty): the share of groups that are
+    all-wrong with a non-zero advantage; AMIR-GRPO: pairs per group and lambda_reg."""
     from groupwise.figures import new_figure, save_figure
 
     run_dir = Path(run_dir)
@@ -316,7 +317,7 @@ def plot_run(run_dir: str | Path, path: str | Path | None = None) -> Path:
     rows = training_rows(run_dir)
     evaluations = read_heldout(run_dir)
     panels = ["reward", *(["heldout"] if evaluations else []), "groups"]
-    if "LENS" in summary.label:
+    if "LENS" in summary.label or summary.all_wrong_with_gradient:
         panels.append("all_wrong")
     if any("lambda" in row for row in rows):
         panels += ["pairs", "lambda"]
