@@ -147,6 +147,18 @@ def test_the_table_shows_the_completions_each_run_sampled(tmp_path: Path) -> Non
     assert table[2].split(" | ")[5:7] == ["96", "50% / 25% / 25%"]
     assert table[3].split(" | ")[4].startswith("+20.0 [")
     assert table[3].split(" | ")[5:7] == ["224", "100% / 0% / 0% (kept)"]
+    # runs that sampled as many: no column, one line under the table
+    same = make_run(
+        tmp_path / "same",
+        {"rollout": {"group_size": 8, "questions_per_step": 12}},
+        [{}],
+        [evaluation(0, [0, 4, 2, 2, 1]), evaluation(1, [0, 4, 2, 2, 2])],
+    )
+    alike = comparison_table([summarize(grpo), summarize(same)]).splitlines()
+    assert "completions sampled |" not in alike[0] and alike[-2:] == [
+        "",
+        "completions sampled: 96 by each run",
+    ]
     s = summarize(dyn)
     assert (s.completions_sampled, s.dropped_all_correct, s.dropped_all_wrong) == (
         224,

@@ -428,37 +428,43 @@ NOT_PAIRED = "⚠ not paired: step-0 samples differ"
 
 def comparison_table(summaries: Sequence[RunSummary], labels: Sequence[str] = ()) -> str:
     """One markdown row per run (named by `labels`, by default `run_labels`): held-out
-    accuracy before, after, the difference and its interval, the completions sampled, the
-    group shares (with dynamic sampling: of the groups kept) and each method's own signal;
-    with several runs also each run's final accuracy against the first run's, paired over
-    problems (`versus`), or NOT_PAIRED where their step-0 evaluations differ (`not_paired`:
-    the interval is left out, and `unpaired_warning` says why)."""
+    accuracy before, after, the difference and its interval, the group shares (with dynamic
+    sampling: of the groups kept) and each method's own signal; with several runs also each
+    run's final accuracy against the first run's, paired over problems (`versus`), or
+    NOT_PAIRED where their step-0 evaluations differ (`not_paired`: the interval is left out,
+    and `unpaired_warning` says why). The completions each run sampled are a column beside the
+    accuracies where they differ between the runs (or a run used dynamic sampling), so that a
+    gain bought with more samples shows its cost; where every run sampled as many, one line
+    under the table says how many ("completions sampled: 6,400 by each run")."""
     labels = list(labels or run_labels(summaries))
     compared = len(summaries) > 1
+    counts = {s.completions_sampled for s in summaries}
+    by_run = len(counts) > 1 or any(s.dynamic_sampling for s in summaries)
     header = "| method | held-out before | after | difference [95 % CI] | "
     if compared:
         header += f"after vs {labels[0]} [95 % CI] | "
+    header += "completions sampled | " if by_run else ""
     header += (
-        "completions sampled | groups mixed / all-correct / all-wrong | "
-        "all-wrong groups with a gradient | AMIR pairs per group | lambda first -> last |"
+        "groups mixed / all-correct / all-wrong | all-wrong groups with a gradient | "
+        "AMIR pairs per group | lambda first -> last |"
     )
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     for s, label in zip(summaries, labels, strict=True):
-        held = [_interval_cell(s.heldout, before_after=True)]
-        if compared:
-            held.append(_versus_cell(summaries[0], s))
+        cells = [label, _interval_cell(s.heldout, before_after=True)]
+        cells += [_versus_cell(summaries[0], s)] if compared else []
+        cells += [_cell(s.completions_sampled, ",")] if by_run else []
         lam = f"{s.lambda_first:.4f} -> {s.lambda_last:.4f}" if s.lambda_first is not None else "–"
-        groups = f"{s.mixed:.0%} / {s.all_correct:.0%} / {s.all_wrong:.0%}"
-        cells = [
-            label,
-            *held,
-            "–" if s.completions_sampled is None else f"{s.completions_sampled:,}",
-            groups + (" (kept)" if s.dynamic_sampling else ""),
+        cells += [
+            f"{s.mixed:.0%} / {s.all_correct:.0%} / {s.all_wrong:.0%}"
+            + (" (kept)" if s.dynamic_sampling else ""),
             _cell(s.all_wrong_with_gradient, ".1%"),
             _cell(s.pairs_per_group, ".1f"),
             lam,
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if not by_run and None not in counts:
+        (count,) = counts
+        lines.append(f"\ncompletions sampled: {count:,} by {'each' if compared else 'the'} run")
     return "\n".join(lines)
 
 
