@@ -16,6 +16,7 @@ import yaml
 from groupwise.cli import main as cli
 from groupwise.report import (
     comparison_table,
+    load_record,
     method_label,
     plot_run,
     plot_runs,
@@ -306,6 +307,11 @@ def test_counts_have_their_singular(tmp_path: Path) -> None:
         [{"answers_unparsed": 1}],
         [evaluation(0, [1], n=1), evaluation(1, [1], n=1)],
     )
+    from groupwise.report.tables import runs_rows
+
+    record = load_record("one", one)
+    record.heldout = record.heldout[:1]
+    assert runs_rows([record])[0][-1] == "held-out at step 0"
     lines = summary_text(summarize(one)).splitlines()
     assert lines[0].startswith("GRPO: 1 step, 2 completions sampled,")
     assert lines[1].startswith("  held-out accuracy (1 problem x 1 sample): 100.0 % -> 100.0 %")

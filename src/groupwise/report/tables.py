@@ -36,7 +36,7 @@ def runs_rows(records: Sequence[RunRecord]) -> list[list[str]]:
     """Rows of RUNS_HEADER: each run's name, the method its config.yaml trains
     (methods.method_label; '-' for an evaluation folder), folder, steps, last logged reward,
     accuracy and lambda, and the names of its evaluations (held-out ones as "held-out at steps
-    0, 50, 100")."""
+    0, 50, 100", "held-out at step 0")."""
 
     def last(rows: Sequence[Mapping[str, Any]], key: str) -> str:
         values = [row[key] for row in rows if is_number(row.get(key))]
@@ -44,7 +44,8 @@ def runs_rows(records: Sequence[RunRecord]) -> list[list[str]]:
 
     def held_out(record: RunRecord) -> list[str]:
         steps = ", ".join(str(e["step"]) for e in record.heldout)
-        return [f"held-out at steps {steps}"] if record.heldout else []
+        word = "step" if len(record.heldout) == 1 else "steps"
+        return [f"held-out at {word} {steps}"] if record.heldout else []
 
     return [
         [
