@@ -155,7 +155,8 @@ class HeldoutEvaluation:
         asks for a confidence also heldout_confidence_coverage, heldout_brier,
         heldout_ece_mass, heldout_ece_width, heldout_auroc and heldout_overconfidence (those
         that are defined; docs/algorithms.md §6). heldout.jsonl gets the pass@k table and the
-        calibration table with their bootstrap intervals over problems."""
+        calibration table with their bootstrap intervals over problems, and "seconds", the
+        evaluation's wall time (the step-0 one included, which metrics.jsonl has no line for)."""
         from groupwise.metrics import pass_at_k_table
 
         started = time.perf_counter()
@@ -186,13 +187,14 @@ class HeldoutEvaluation:
                     if table[key] is not None
                 }
             )
+        seconds = time.perf_counter() - started
         if self.log is not None:
-            self.log.write(line)
+            self.log.write({**line, "seconds": seconds})
         return {
             **metrics,
             "heldout_problems": len(self.problems),
             "heldout_samples": self.n,
-            "seconds_heldout": time.perf_counter() - started,
+            "seconds_heldout": seconds,
         }
 
     def _sample_mine(
