@@ -216,6 +216,8 @@ def test_a_resumed_run_logs_the_evaluations_of_an_uninterrupted_one(
 
     def comparable(rows: list[dict]) -> list[dict]:
         # wall times differ between runs
-        return [{k: v for k, v in r.items() if k not in ("seconds_heldout", "seconds")} for r in rows]
+        return [
+            {k: v for k, v in r.items() if k not in ("seconds_heldout", "seconds")} for r in rows
+        ]
 
     assert comparable(read_heldout(tmp_path)) == comparable(read_heldout(run))
