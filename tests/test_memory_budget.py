@@ -45,17 +45,21 @@ def test_host_memory_reads_total_and_available(tmp_path: Path) -> None:
 
 def test_the_estimate_by_hand_transformers_engine() -> None:
     """micro_batch_size 6 with groups of 4 rounds to 8 rows (two groups); 100 new tokens and a
-    20-token prompt: 8 x 100 + 2 x 20 = 840 tokens, each of 4 x (2 x (8 x 64 + 3 x 128 + 4 x 120)
-    + 3 x 1000) bytes."""
+    20-token prompt: 8 x 100 + 2 x 20 = 840 tokens, each of
+    4 x (2 x (10 x 64 + 4 x 128 + 4 x 120) + 4 x 1000) bytes. The engine decodes 4 x 4 = 16
+    completions together (rollout.batch_size 64): 4 copies of 16 x 20 prompt logits, and the
+    cache of 16 x 120 tokens."""
     cfg = config(
         "rollout.group_size=4",
         "rollout.max_new_tokens=100",
         "train.micro_batch_size=6",
         "model.dtype=float32",
         "model.lora=true",
+        "rollout.questions_per_step=4",
     )
     estimate = estimate_memory(cfg, SHAPE, prompt_tokens=20)
-    per_token = 4 * (2 * (8 * 64 + 3 * 128 + 4 * 120) + 3 * 1000)
+    per_token = 4 * (2 * (10 * 64 + 4 * 128 + 4 * 120) + 4 * 1000)
+    buffers = 4 * (4 * 16 * 20 * 1000 + 16 * 120 * 2 * 2 * 64)
     assert estimate.rows == 8
     assert estimate.parts == pytest.approx(
         {
@@ -63,6 +67,7 @@ def test_the_estimate_by_hand_transformers_engine() -> None:
             "gradients and optimizer": 12 * 2**20 / GIB,
             "runtime": budget.RUNTIME_GIB["transformers"],
             "sampler's copy": 1.0,  # inference_copy in model.dtype
+            "sampler's buffers": buffers / GIB,
             "update": 840 * per_token / GIB,
         }
     )
@@ -75,8 +80,8 @@ def test_gradient_checkpointing_keeps_one_layer_and_each_layers_input() -> None:
     checkpointed = estimate_memory(config("model.gradient_checkpointing=true"), SHAPE, 20)
     assert checkpointed.parts["update"] < plain
     tokens = 8 * 256 + 1 * 20  # the defaults: 8 rows of one group of 8, 256 new tokens
-    per_layer = 8 * 64 + 3 * 128 + 4 * 276
-    expected = tokens * 4 * (2 * 64 + per_layer + 3 * 1000) / GIB
+    per_layer = 10 * 64 + 4 * 128 + 4 * 276
+    expected = tokens * 4 * (2 * 64 + per_layer + 4 * 1000) / GIB
     assert checkpointed.parts["update"] == pytest.approx(expected)
 
 

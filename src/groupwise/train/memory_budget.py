@@ -11,11 +11,13 @@ starts and the first update runs, and what it held, kept in the run folder as it
   for the whole process, the above included, and fills what the process does not hold yet
   with KV cache (VLLM_CPU_KVCACHE_SPACE GiB of cache on top where the environment sets it);
   then its working buffers, VLLM_BUFFERS x the logits of one engine step
-  (max_num_batched_tokens x vocab floats);
+  (max_num_batched_tokens x vocab floats); the transformers engine's buffers instead: the
+  prefill's logits over every prompt token of the completions decoded together
+  (TRANSFORMERS_PREFILL copies) and their key-value cache (2 x hidden floats a token a layer);
 - update: the saved activations of one micro-batch's forward pass, per token
-  4 bytes x (layers x (8 hidden + 3 intermediate + heads x tokens per row) + 3 vocab): each
+  4 bytes x (layers x (10 hidden + 4 intermediate + heads x tokens per row) + 4 vocab): each
   layer's saved inputs and attention scores, and the full-vocabulary logits, their log-softmax
-  and gradient (with gradient checkpointing, one layer's worth plus each layer's input).
+  and both gradients (with gradient checkpointing, one layer's worth plus each layer's input).
 
 The constants were measured against peak resident memory on the presets
 (bench/memory_estimate.py). `check_memory` refuses, in one line naming the setting to lower,
@@ -56,6 +58,9 @@ RUNTIME_GIB = {"transformers": 0.8, "vllm": 1.6}
 VLLM_BUFFERS = 3.5
 """vLLM's working memory beyond its share, in logits of one engine step (measured: 2.6 GiB on
 SmolLM2-135M, 4096 tokens a step)."""
+TRANSFORMERS_PREFILL = 4
+"""Copies of the prefill's logits the transformers engine holds at once (measured: SmolLM2's
+peak with 32 completions of a 70-token prompt decoded together)."""
 VLLM_STEP_TOKENS = 4096
 """max_num_batched_tokens of a groupwise vLLM engine on a CPU (groupwise.rollout.vllm_engine)."""
 WARN_SHARE = 0.85
@@ -144,6 +149,8 @@ def estimate_memory(config: Config, shape: ModelShape, prompt_tokens: int) -> Me
     if rollout.engine == "vllm":
         parts["vLLM's KV cache"] = _vllm_cache(rollout.vllm_memory, sum(parts.values()))
         parts["vLLM's buffers"] = VLLM_BUFFERS * VLLM_STEP_TOKENS * shape.vocab * 4 / GIB
+    else:
+        parts["sampler's buffers"] = _transformers_buffers(config, shape, prompt_tokens)
     parts["update"] = tokens * gib_per_token
     return MemoryEstimate(parts, rows)
 
@@ -155,11 +162,20 @@ def _micro_batch_rows(micro_batch_size: int, group_size: int) -> int:
 
 def _activation_bytes(shape: ModelShape, row_tokens: int, config: Config) -> float:
     """Bytes of saved activations per token of a training forward pass (module docstring)."""
-    per_layer = 8 * shape.hidden + 3 * shape.intermediate + shape.heads * row_tokens
+    per_layer = 10 * shape.hidden + 4 * shape.intermediate + shape.heads * row_tokens
     layers = shape.layers * per_layer
     if config.model.gradient_checkpointing:
         layers = shape.layers * shape.hidden + per_layer
-    return 4.0 * (layers + 3 * shape.vocab)
+    return 4.0 * (layers + 4 * shape.vocab)
+
+
+def _transformers_buffers(config: Config, shape: ModelShape, prompt_tokens: int) -> float:
+    """The transformers engine's prefill logits and key-value cache (GiB; module docstring)."""
+    rollout = config.rollout
+    rows = min(rollout.batch_size, rollout.group_size * rollout.questions_per_step)
+    logits = TRANSFORMERS_PREFILL * rows * prompt_tokens * shape.vocab
+    cache = rows * (prompt_tokens + rollout.max_new_tokens) * shape.layers * 2 * shape.hidden
+    return 4.0 * (logits + cache) / GIB
 
 
 def _sampler_copy(config: Config, shape: ModelShape) -> dict[str, float]:
