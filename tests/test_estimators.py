@@ -25,6 +25,8 @@ def test_builtin_estimators_declare_what_they_need():
     assert get_advantage_estimator("lens").needs_rollout_logp is True
     with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'; registered: .*grpo"):
         get_advantage_estimator("ppo")
+    with pytest.raises(ValueError, match=r"'rlo' \(did you mean 'rloo'\?\); registered: "):
+        get_advantage_estimator("rlo")
 
 
 def test_grpo_estimator_is_group_advantages_with_the_settings():

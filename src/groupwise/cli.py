@@ -3,9 +3,9 @@
 Each subcommand lives beside the code it drives and exposes `add_arguments(parser)` and
 `run(args) -> int`; they are imported only when chosen, so `groupwise --help` stays fast. The
 commands that compute (COMPUTING) set their CPU threads before torch loads
-(groupwise.cpu_threads) and say what they took once their arguments are checked. Options and
-positional arguments may come in any order (`groupwise train --config C.yaml --resume
-train.max_steps=80`).
+(groupwise.cpu_threads) and say what they took once their arguments are checked. `groupwise
+train` takes options and overrides in any order (`groupwise train --config C.yaml --resume
+train.max_steps=80`); argparse cannot mix them for commands with subcommands (analyze).
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             prog = f"groupwise {argv[0]}"
             sub_parser = OneLineParser(prog=prog)
             module.add_arguments(sub_parser)
-            return run_command(prog, module.run, sub_parser.parse_intermixed_args(argv[1:]))
+            mixed = argv[0] == "train"
+            parse = sub_parser.parse_intermixed_args if mixed else sub_parser.parse_args
+            return run_command(prog, module.run, parse(argv[1:]))
         finally:
             warnings.formatwarning = formatwarning
 

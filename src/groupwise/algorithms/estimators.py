@@ -17,6 +17,7 @@ LENS together"). Register more with `@register_advantage_estimator("name")`, as 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -128,10 +129,13 @@ def register_advantage_estimator(
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
-    """The registered estimator `name`; an unknown name is an error naming the known ones."""
+    """The registered estimator `name`; an unknown name is an error naming the closest known
+    one (difflib) and all of them."""
     if name not in ADVANTAGE_ESTIMATORS:
         known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
-        raise ValueError(f"unknown advantage estimator {name!r}; registered: {known}")
+        close = difflib.get_close_matches(name, ADVANTAGE_ESTIMATORS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown advantage estimator {name!r}{hint}; registered: {known}")
     return ADVANTAGE_ESTIMATORS[name]
 
 
