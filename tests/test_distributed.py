@@ -64,6 +64,7 @@ TIMING = {
     "seconds_training",
     "seconds_old_policy",
     "seconds_step",
+    "peak_memory_gib",
 }
 
 

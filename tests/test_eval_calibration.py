@@ -150,10 +150,10 @@ def test_report_compares_calibration_with_paired_intervals(tmp_path: Path) -> No
     page = tmp_path / "page.md"
     assert cli(["report", f"A={tmp_path / 'a'}", f"B={tmp_path / 'b'}", "--output", str(page)]) == 0
     text = page.read_text()
-    assert "## Calibration" in text and "| toy | A/a | 81.2 [" in text
+    assert "## Calibration" in text and "| toy | A | 81.2 [" in text
     # Brier (7 * 0.01 + 6 * 0.09) / 13 - (7 * 0.01 + 6 * 0.36) / 13 = -1.62 / 13 = -0.125; the
     # coverage and AUROC are the same in every resample: +0 with a [+0, +0] interval
-    row = next(line for line in text.splitlines() if line.startswith("| toy | B/b - A/a |"))
+    row = next(line for line in text.splitlines() if line.startswith("| toy | B - A |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == "4"
     assert cells[3] == "+0.0 [+0.0, +0.0]" and cells[7] == "+0.000 [+0.000, +0.000]"

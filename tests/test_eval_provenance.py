@@ -101,14 +101,14 @@ def test_report_refuses_evaluations_that_measure_other_things(
     page = tmp_path / "page.md"
     assert cli(["report", f"A={a}", f"B={b}", "--output", str(page)]) == 2
     err = capsys.readouterr().err
-    assert "temperature: A/a 0.6, B/b 1.0" in err and "prompt: A/a 'amir', B/b 'boxed'" in err
+    assert "temperature: A 0.6, B 1.0" in err and "prompt: A 'amir', B 'boxed'" in err
     assert "--allow-mismatch" in err and not page.exists()
     assert cli(["report", f"A={a}", f"B={b}", "--output", str(page), "--allow-mismatch"]) == 0
     assert "Warning: these evaluations differ in settings that change pass@k" in page.read_text()
     # n, the seed and the model may differ: pass@k is unbiased for any n >= k
     c = _results(tmp_path / "c", n=8, seed=3, model="other", prompt="amir")
     assert cli(["report", f"A={a}", f"C={c}", "--output", str(page)]) == 0
-    assert "| A/a | m |" in page.read_text()
+    assert "| A | m |" in page.read_text()
     # results.json written before `stop` existed had none
     assert (
         settings_mismatches(

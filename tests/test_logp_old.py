@@ -57,8 +57,11 @@ def test_the_samplers_own_logprobs_give_the_recomputed_step_without_the_pass(tmp
     assert len(sampled.updates) == len(recomputed.updates) == 2
     for ours, theirs in zip(sampled.updates, recomputed.updates, strict=True):
         assert ours["policy_loss"] == pytest.approx(theirs["policy_loss"], abs=1e-6)
+    # logp_old from one pass over all rows against the micro-batches' passes: float32 rounding,
+    # which Adam's first step (g / sqrt(g^2)) enlarges on weights whose gradient is near 0:
+    # up to 1.3e-5 measured on an AMD EPYC, 0 on the Intel machine the test was written on
     for ours, theirs in zip(sampled_weights, recomputed_weights, strict=True):
-        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-5)
     assert sampled.sampler["sampling_logp_difference"] < 1e-5
 
 

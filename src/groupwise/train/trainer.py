@@ -56,6 +56,7 @@ from groupwise.train.host_memory import keep_freed_memory
 from groupwise.train.learner import Learner, LearnSettings
 from groupwise.train.memory_budget import (
     HostMemory,
+    MemoryEstimate,
     MemoryNote,
     ModelShape,
     check_memory,
@@ -104,7 +105,8 @@ class Trainer:
         if self.device.type == "cpu":
             keep_freed_memory()
         self.model, self.tokenizer = load_trainable_policy(cfg.model, str(self.device))
-        self.memory = self._check_memory()
+        self.estimate = self._check_memory()
+        self.memory: MemoryNote | None = None
         self.generator = build_generator(cfg, self.model, self.tokenizer)
         self.rewards = RewardSuite(
             cfg.reward.weights,
@@ -121,10 +123,10 @@ class Trainer:
         self._stop_requested = False
         self.stop_signal: int | None = None
 
-    def _check_memory(self) -> MemoryNote | None:
+    def _check_memory(self) -> tuple[MemoryEstimate, HostMemory] | None:
         """On a CPU, what the settings need against the memory available, before the sampler
-        starts (ConfigError naming the setting to lower); the run folder's memory.json on rank
-        0 (train.memory_budget)."""
+        starts (ConfigError naming the setting to lower; train.memory_budget); the estimate and
+        the machine's memory for memory.json."""
         if self.device.type != "cpu":
             return None
         cfg, host = self.config, HostMemory.read()
@@ -134,7 +136,7 @@ class Trainer:
         longest = max(len(self.tokenizer(p, add_special_tokens=False).input_ids) for p in rendered)
         estimate = estimate_memory(cfg, ModelShape.of(self.model), longest)
         check_memory(estimate, cfg, host)
-        return MemoryNote(self.run_dir, estimate, host) if self.dist.is_main else None
+        return estimate, host
 
     def _problems(self) -> list[Any]:
         """The training problems: one benchmark or a mix, the first data.limit of them."""
@@ -463,8 +465,10 @@ class Trainer:
 
     @contextmanager
     def _memory_session(self) -> Iterator[None]:
-        """memory.json says the session finished when train() ends, by an error too; only a
-        kill leaves it unfinished."""
+        """RUN/memory.json (rank 0, on a CPU), written as training starts; it says the session
+        finished when train() ends, by an error too: only a kill leaves it unfinished."""
+        if self.estimate is not None and self.dist.is_main:
+            self.memory = MemoryNote(self.run_dir, *self.estimate)
         try:
             yield
         finally:
