@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from groupwise.algorithms import GroupTargets, LossTerms, group_types
 from groupwise.rewards import Scores
 from groupwise.rewards.checking import UNPARSED
@@ -89,12 +91,19 @@ def step_metrics(
 def step_samples(
     step: int, problems: list[Any], batch: ScoredBatch, learned: Learned
 ) -> dict[str, Any]:
-    """The rollouts.jsonl line of a step: completions, reward columns, advantages, pairs."""
+    """The rollouts.jsonl line of a step: completions, reward columns, advantages, pairs; for
+    `groupwise view` also the questions, cut flags, rewards before LENS shaped them and the
+    sampler's mean log-probs (null where unknown)."""
     group_size = batch.rollouts.group_size
     targets = learned.targets
+    unshaped = targets.unshaped_rewards
     return {
         "step": step,
         "problem_ids": [p.id for p in problems],
+        "questions": [p.question for p in problems],
+        "truncated": batch.truncated.tolist(),
+        "unshaped_rewards": None if unshaped is None else unshaped.tolist(),
+        "sampler_mean_logp": sampler_mean_logp(batch),
         "completions": batch.texts,
         "golds": [p.answer for p in problems for _ in range(group_size)],
         "correct": batch.scores.correct.tolist(),
@@ -103,6 +112,17 @@ def step_samples(
         "advantages": targets.advantages.tolist(),
         "pairs": [targets.chosen.tolist(), targets.rejected.tolist()],
     }
+
+
+def sampler_mean_logp(batch: ScoredBatch) -> list[float] | None:
+    """[B] the sampler's mean token log-prob of each completion, where the engine gave its
+    log-probs and this process holds the whole batch; None otherwise."""
+    rollouts = batch.rollouts
+    if rollouts.sampler_logp is None or len(rollouts) != len(batch.texts):
+        return None
+    mask = rollouts.completion_mask.to(rollouts.sampler_logp.dtype)
+    sums = (rollouts.sampler_logp * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    return sums[torch.argsort(batch.rows)].tolist()
 
 
 def reward_metrics(scores: Scores, group_size: int) -> dict[str, float]:
