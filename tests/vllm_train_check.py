@@ -28,6 +28,7 @@ def main(argv: list[str]) -> None:
     overrides = argv[4:] if argv[3:4] == ["--"] else argv[3:]
     from vllm_trl_run import tiny_vllm_model
 
+    from groupwise.algorithms import ImportanceCorrection
     from groupwise.train.learner import LearnSettings
     from groupwise.train.preflight import load_run_config
     from groupwise.train.trainer import Trainer
@@ -55,7 +56,8 @@ def main(argv: list[str]) -> None:
                 p.copy_(w)
         trainer.updater.optimizer.load_state_dict(copy.deepcopy(optimizer))
         trainer.updater.scheduler.load_state_dict(copy.deepcopy(scheduler))
-        trainer.learner.settings = dataclasses.replace(settings, importance_cap=cap)
+        correction = None if cap is None else ImportanceCorrection(cap=cap)
+        trainer.learner.settings = dataclasses.replace(settings, importance=correction)
         learned = trainer.learn(dataclasses.replace(batch, rollouts=rollouts))
         after = [p.detach().clone() for p in trainer.params]
         return {**learned.updates[0], **learned.sampler}, after

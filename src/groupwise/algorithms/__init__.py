@@ -39,8 +39,11 @@ from groupwise.algorithms.estimators import (
 )
 from groupwise.algorithms.group_filter import FILTER_METRICS, constant_groups, kept_groups
 from groupwise.algorithms.importance import (
-    sampling_logp_difference,
-    truncated_importance_weights,
+    IMPORTANCE_MODES,
+    ImportanceCorrection,
+    importance_weights,
+    mismatch_metrics,
+    mismatch_sums,
 )
 from groupwise.algorithms.logprobs import sequence_mean_logp, token_logprobs
 from groupwise.algorithms.objective import LossSettings, LossTerms, loss_terms, micro_batch_share
@@ -71,6 +74,7 @@ from groupwise.algorithms.targets import (
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "FILTER_METRICS",
+    "IMPORTANCE_MODES",
     "AdaptiveLambda",
     "AdvantageEstimator",
     "AdvantageSettings",
@@ -79,6 +83,7 @@ __all__ = [
     "AlgorithmOptions",
     "GroupRewards",
     "GroupTargets",
+    "ImportanceCorrection",
     "LossSettings",
     "LossTerms",
     "PairSettings",
@@ -91,6 +96,7 @@ __all__ = [
     "group_advantages",
     "group_targets",
     "group_types",
+    "importance_weights",
     "kept_groups",
     "kl_k3",
     "largest_reward_gap",
@@ -101,16 +107,16 @@ __all__ = [
     "loss_terms",
     "micro_batch_share",
     "mine_pairs",
+    "mismatch_metrics",
+    "mismatch_sums",
     "pairs_without",
     "policy_loss",
     "preference_coefficients",
     "preference_loss",
     "preference_surrogate",
     "register_advantage_estimator",
-    "sampling_logp_difference",
     "sequence_mean_logp",
     "soft_overlong_punishment",
     "token_logprobs",
-    "truncated_importance_weights",
     "unreachable_margin",
 ]

@@ -188,15 +188,33 @@ class RolloutConfig:
     )
     importance_correction: bool = option(
         False,
-        """vllm only: weight each token's policy loss by the truncated importance ratio
-        min(pi_old / pi_sampler, importance_cap) between the trainer's rollout-policy log-prob
-        and the sampler's (as TRL's vllm_importance_sampling_correction, token_truncate).""",
+        """vllm only: weight each token's policy loss by the rollout correction of the ratio
+        pi_old / pi_sampler between the trainer's rollout-policy log-prob and the sampler's,
+        in rollout.importance_mode (as TRL's vllm_importance_sampling_correction).
+        docs/algorithms.md, "Rollout correction".""",
+    )
+    importance_mode: Literal[
+        "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"
+    ] = option(
+        "token_truncate",
+        """The rollout correction (TRL's vllm_importance_sampling_mode): token_truncate (each
+        token's ratio clamped to [importance_floor, importance_cap]: TIS) | token_mask (a
+        token's ratio outside them becomes 0: masked IS) | sequence_truncate (the product of a
+        sequence's token ratios, clamped, on all its tokens) | sequence_mask (a sequence whose
+        product is outside them leaves the loss).""",
     )
     importance_cap: float = option(
         3.0,
-        """The cap of the truncated importance ratio (TRL's vllm_importance_sampling_clip_max,
-        3.0).""",
+        """The rollout correction's upper bound on the ratio (TRL's
+        vllm_importance_sampling_clip_max, 3.0).""",
         ge=1,
+    )
+    importance_floor: float = option(
+        0.0,
+        """The rollout correction's lower bound on the ratio (TRL's
+        vllm_importance_sampling_clip_min; 0: none).""",
+        ge=0,
+        le=1,
     )
     logp_old: Literal["recompute", "sampler"] = option(
         "recompute",

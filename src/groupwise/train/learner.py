@@ -24,13 +24,15 @@ import torch
 from groupwise.algorithms import (
     Algorithm,
     GroupTargets,
+    ImportanceCorrection,
     LossSettings,
     LossTerms,
     group_types,
+    importance_weights,
     loss_terms,
     micro_batch_share,
-    sampling_logp_difference,
-    truncated_importance_weights,
+    mismatch_metrics,
+    mismatch_sums,
 )
 from groupwise.rollout import Rollouts
 from groupwise.train.batch import Learned, RolloutLogprobs, ScoredBatch, StepState
@@ -129,8 +131,8 @@ class UpdatePlan:
 class LearnSettings:
     """What the learner needs of the config: G, the micro-batch size (completions), the
     mini-batches M and epochs per step, the KL weight gamma, the aggregation, the loss terms'
-    settings, whether to measure the all-wrong rows' gradient, and the cap of the importance
-    correction against the sampler's log-probs (None: off; groupwise.algorithms.importance), and
+    settings, whether to measure the all-wrong rows' gradient, the rollout correction against
+    the sampler's log-probs (None: off; groupwise.algorithms.importance),
     whether truncated completions leave the loss (docs/algorithms.md, "Overlong completions"),
     and whether logp_old is the sampler's log-probs (rollout.logp_old=sampler) rather than the
     trainer's own."""
@@ -143,7 +145,7 @@ class LearnSettings:
     aggregation: str
     loss: LossSettings
     log_all_wrong_gradient: bool
-    importance_cap: float | None = None
+    importance: ImportanceCorrection | None = None
     mask_truncated: bool = False
     logp_old_from_sampler: bool = False
 
@@ -201,19 +203,18 @@ class Learner:
     def _sampler_difference(
         self, rollouts: Rollouts, trainer_logp: RolloutLogprobs
     ) -> dict[str, float]:
-        """|the trainer's log-prob at the rollout policy - the sampler's| over the completion
-        tokens of the rows the trainer computed (mean over every process's tokens, max over this
-        process's), where the rollouts carry the sampler's log-probs."""
+        """The mismatch between the trainer's log-probs at the rollout policy and the sampler's
+        over the completion tokens of the rows the trainer computed, where the rollouts carry
+        the sampler's log-probs (groupwise.algorithms.mismatch_metrics: sums over every
+        process, extremes over this process's)."""
         if rollouts.sampler_logp is None:
             return {}
         mask = rollouts.completion_mask.bool() & trainer_logp.recorded[:, None]
-        found = sampling_logp_difference(trainer_logp.values, rollouts.sampler_logp, mask)
-        tokens = int(mask.sum())
-        total, all_tokens = self.dist.sum([found["mean"] * tokens, tokens])
-        return {
-            "sampling_logp_difference": float(total) / max(float(all_tokens), 1.0),
-            "sampling_logp_difference_max": found["max"],
-        }
+        sums = mismatch_sums(trainer_logp.values, rollouts.sampler_logp, mask)
+        additive = ["tokens", "sequences", "abs_diff", "k1", "k3", "rho2", "rho2_seq"]
+        totals = self.dist.sum([sums[key] for key in additive])
+        sums.update(zip(additive, (float(total) for total in totals), strict=True))
+        return mismatch_metrics(sums)
 
     def _rollout_logprobs(
         self, rollouts: Rollouts, minibatches: list[slice]
@@ -334,18 +335,18 @@ class Learner:
     def _importance_weights(
         self, batch: ScoredBatch, micro: slice, old_logp: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor | None:
-        """The truncated importance weights [b, T] of a micro-batch against the sampler's
+        """The rollout correction's weights [b, T] of a micro-batch against the sampler's
         log-probs, at the trainer's rollout-policy log-probs old_logp [b, T], when the
         correction is on; None otherwise. mask: [b, T] its loss tokens, on the policy's
         device."""
         sampler = batch.rollouts.sampler_logp
-        if self.settings.importance_cap is None or sampler is None:
+        if self.settings.importance is None or sampler is None:
             return None
-        return truncated_importance_weights(
+        return importance_weights(
             old_logp.to(mask.device),
             sampler[micro].to(mask.device),
             mask,
-            self.settings.importance_cap,
+            self.settings.importance,
         )
 
     def _preference_part(self, terms: LossTerms, probes: list[GradientProbe]) -> Any:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from groupwise.algorithms import kept_groups, soft_overlong_punishment
+from groupwise.algorithms import ImportanceCorrection, kept_groups, soft_overlong_punishment
 from groupwise.data import MixPart, load_benchmark, load_mix, render_prompt
 from groupwise.errors import NonFiniteError
 from groupwise.models import save_merged
@@ -48,7 +48,7 @@ from groupwise.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from groupwise.train.config import Config
+from groupwise.train.config import Config, RolloutConfig
 from groupwise.train.distributed import Distributed
 from groupwise.train.draws import Draw, assemble, choose_groups, warn_if_filled
 from groupwise.train.heldout import HeldoutEvaluation
@@ -495,7 +495,7 @@ class Trainer:
 
 
 def _learn_settings(cfg: Config) -> LearnSettings:
-    """What the learner needs of the config; the importance correction's cap None when off."""
+    """What the learner needs of the config; the rollout correction None when off."""
     algo, rollout = cfg.algorithm, cfg.rollout
     return LearnSettings(
         group_size=rollout.group_size,
@@ -506,9 +506,15 @@ def _learn_settings(cfg: Config) -> LearnSettings:
         aggregation=algo.aggregation,
         loss=algo.loss_settings(rollout.max_new_tokens),
         log_all_wrong_gradient=cfg.train.log_all_wrong_gradient,
-        importance_cap=rollout.importance_cap if rollout.importance_correction else None,
+        importance=_rollout_correction(rollout) if rollout.importance_correction else None,
         mask_truncated=algo.mask_truncated,
         logp_old_from_sampler=rollout.logp_old == "sampler",
+    )
+
+
+def _rollout_correction(rollout: RolloutConfig) -> ImportanceCorrection:
+    return ImportanceCorrection(
+        rollout.importance_mode, rollout.importance_cap, rollout.importance_floor
     )
 
 
