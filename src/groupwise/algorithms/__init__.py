@@ -1,15 +1,18 @@
 """Every algorithm decision of GRPO, AMIR-GRPO and LENS, as pure tensor math
-(docs/algorithms.md §1-3).
+(docs/algorithms.md §1-3), with the policy losses CISPO, GMPO and SAPO and the entropy controls
+(docs/algorithms.md, "Policy losses: CISPO, GMPO, SAPO" and "Entropy controls").
 
 Imports only torch. Batches are group-major: the G completions of question g are rows
 g*G .. g*G+G-1. What an engine calls (docs/design.md, "One algorithm core, several engines"):
 
 - at advantage time, where whole groups are visible: an advantage estimator by name
-  (`get_advantage_estimator`: "grpo", "lens", "rloo"), AMIR's pairs (`mine_pairs`) and
-  per-completion coefficients (`preference_coefficients`);
-- at loss time, per row: `loss_terms` (clipped surrogate, KL, the AMIR term), weighted by
-  `micro_batch_share`;
-- once per loss computation: `AdaptiveLambda`;
+  (`get_advantage_estimator`: "grpo", "lens", "rloo", "reinforce_plus_plus_baseline"), AMIR's
+  pairs (`mine_pairs`) and per-completion coefficients (`preference_coefficients`);
+- at loss time, per row: `loss_terms` (the policy loss by name, `get_policy_loss`: "clip",
+  "cispo", "gmpo", "sapo"; KL; the entropy bonus; the AMIR term), weighted by
+  `micro_batch_share`; the per-token entropies from `token_logprobs_and_entropy` when an
+  entropy option is on;
+- once per loss computation: `AdaptiveLambda`; once per update: `AdaptiveEntropy`;
 - DAPO's decisions (docs/algorithms.md, "Dynamic sampling", "Overlong completions"): which
   groups dynamic sampling keeps (`kept_groups`), the soft overlong punishment
   (`soft_overlong_punishment`) and the AMIR pairs without masked rows (`pairs_without`).
@@ -28,6 +31,7 @@ from groupwise.algorithms.advantages import (
     lens_calibrated_total,
     lens_rewards,
 )
+from groupwise.algorithms.entropy import AdaptiveEntropy, high_entropy_mask
 from groupwise.algorithms.estimators import (
     ADVANTAGE_ESTIMATORS,
     AdvantageEstimator,
@@ -45,7 +49,11 @@ from groupwise.algorithms.importance import (
     mismatch_metrics,
     mismatch_sums,
 )
-from groupwise.algorithms.logprobs import sequence_mean_logp, token_logprobs
+from groupwise.algorithms.logprobs import (
+    sequence_mean_logp,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 from groupwise.algorithms.objective import LossSettings, LossTerms, loss_terms, micro_batch_share
 from groupwise.algorithms.options import (
     Algorithm,
@@ -62,6 +70,12 @@ from groupwise.algorithms.preference import (
     preference_loss,
     preference_surrogate,
 )
+from groupwise.algorithms.surrogates import (
+    POLICY_LOSSES,
+    SurrogateParams,
+    get_policy_loss,
+    register_policy_loss,
+)
 from groupwise.algorithms.targets import (
     GroupTargets,
     PairlessWarning,
@@ -75,6 +89,8 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "FILTER_METRICS",
     "IMPORTANCE_MODES",
+    "POLICY_LOSSES",
+    "AdaptiveEntropy",
     "AdaptiveLambda",
     "AdvantageEstimator",
     "AdvantageSettings",
@@ -90,12 +106,15 @@ __all__ = [
     "PairlessWarning",
     "PreferenceTerms",
     "RewardFacts",
+    "SurrogateParams",
     "aggregate_token_losses",
     "constant_groups",
     "get_advantage_estimator",
+    "get_policy_loss",
     "group_advantages",
     "group_targets",
     "group_types",
+    "high_entropy_mask",
     "importance_weights",
     "kept_groups",
     "kl_k3",
@@ -115,8 +134,10 @@ __all__ = [
     "preference_loss",
     "preference_surrogate",
     "register_advantage_estimator",
+    "register_policy_loss",
     "sequence_mean_logp",
     "soft_overlong_punishment",
     "token_logprobs",
+    "token_logprobs_and_entropy",
     "unreachable_margin",
 ]

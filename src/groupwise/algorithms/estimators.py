@@ -4,7 +4,8 @@ and §3).
 An engine (groupwise's trainer, TRL's GRPOTrainer, ...) gathers the rewards of whole groups,
 looks the configured estimator up by name and calls it; it never branches on the method:
 
-    estimator = get_advantage_estimator(name)          # "grpo" | "lens" | a registered one
+    estimator = get_advantage_estimator(name)          # "grpo" | "lens" | "rloo" |
+                                                       # "reinforce_plus_plus_baseline" | ...
     if estimator.needs_rollout_logp: ...               # give it the rollout policy's l(q, o)
     if estimator.per_group: ...                        # or call it on any whole groups alone
     result = estimator.fn(batch, settings)             # result.advantages, result.rewards
@@ -21,6 +22,7 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from groupwise.algorithms.advantages import (
@@ -93,6 +95,7 @@ class AdvantageEstimator:
     reward_gap: (largest gap of the reward totals, correct_reward, G) -> the largest gap of the
     totals it returns (AMIR mines pairs on them); None when unknown. Engines use it to refuse
     an AMIR margin no pair can exceed (targets.unreachable_margin_message).
+    needs_lengths: it reads GroupRewards.lengths, so an engine must give the completion lengths.
     """
 
     name: str
@@ -101,6 +104,7 @@ class AdvantageEstimator:
     needs_correctness: bool = False
     per_group: bool = False
     reward_gap: GapFn | None = None
+    needs_lengths: bool = False
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
@@ -113,6 +117,7 @@ def register_advantage_estimator(
     needs_correctness: bool = False,
     per_group: bool = False,
     reward_gap: GapFn | None = None,
+    needs_lengths: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator adding `fn(batch: GroupRewards, settings) -> Advantages` as `name`
     (AdvantageEstimator: what the flags and reward_gap declare)."""
@@ -121,7 +126,7 @@ def register_advantage_estimator(
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
         ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(
-            name, fn, needs_rollout_logp, needs_correctness, per_group, reward_gap
+            name, fn, needs_rollout_logp, needs_correctness, per_group, reward_gap, needs_lengths
         )
         return fn
 
@@ -195,3 +200,39 @@ def rloo_estimator(batch: GroupRewards, settings: AdvantageSettings) -> Advantag
         raise ValueError("the rloo estimator needs group_size >= 2 (a leave-one-out baseline)")
     centred = group_advantages(batch.rewards, batch.group_size, scale="none")
     return Advantages(centred * batch.group_size / (batch.group_size - 1), batch.rewards)
+
+
+# verl's masked_whiten and OpenRLHF add 1e-8 to the variance (not to the std, as GRPO's eps)
+WHITEN_EPS = 1e-8
+
+
+@register_advantage_estimator(
+    "reinforce_plus_plus_baseline",
+    reward_gap=lambda gap, correct_reward, g: gap,
+    needs_lengths=True,
+)
+def reinforce_plus_plus_baseline_estimator(
+    batch: GroupRewards, settings: AdvantageSettings
+) -> Advantages:
+    """REINFORCE++-baseline (docs/algorithms.md, "REINFORCE++-baseline"): each reward minus its
+    group's mean (a group of one: minus 0), then whitened over the whole batch,
+    A_i = (a_i - mu) / sqrt(var + 1e-8), with mu and var over the batch's completion tokens
+    (each completion weighted by its length batch.lengths, as verl's and OpenRLHF's
+    token-level whitening); var with n - 1 (settings.std "unbiased", n the number of tokens)
+    or n ("population")."""
+    if batch.lengths is None:
+        raise ValueError("the reinforce_plus_plus_baseline estimator needs lengths")
+    centred = batch.rewards.float()
+    if batch.group_size > 1:
+        centred = group_advantages(batch.rewards, batch.group_size, scale="none").float()
+    weights = batch.lengths.float()
+    count = weights.sum()
+    mean = (weights * centred).sum() / count.clamp(min=1e-8)
+    var = (weights * (centred - mean) ** 2).sum() / count.clamp(min=1e-8)
+    if settings.std == "unbiased":
+        if count <= 1:
+            raise ValueError("reinforce_plus_plus_baseline's unbiased variance needs > 1 token")
+        var = var * count / (count - 1)
+    advantages = (centred - mean) / torch.sqrt(var + WHITEN_EPS)
+    dtype = batch.rewards.dtype if batch.rewards.is_floating_point() else torch.float32
+    return Advantages(advantages.to(dtype), batch.rewards)

@@ -1,7 +1,8 @@
-"""Per-token log-probabilities from logits, and their length-normalised mean.
+"""Per-token log-probabilities from logits (and, when asked, the per-token entropy of the
+full-vocabulary distribution), and their length-normalised mean.
 
-docs/algorithms.md §1 (logp_theta of the importance ratio) and §2 (the
-length-normalised log-likelihood l(q, o) of AMIR-GRPO; LENS's pbar = exp of it, §3).
+docs/algorithms.md §1 (logp_theta of the importance ratio), §2 (the length-normalised
+log-likelihood l(q, o) of AMIR-GRPO; LENS's pbar = exp of it, §3) and "Entropy controls".
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ def token_logprobs(
     Returns:
         [B, T] float32 log-probabilities (nats), differentiable w.r.t. logits (once).
     """
+    _check_arguments(logits, tokens, chunk_size, temperature)
+    if tokens.numel() == 0:
+        return logits.new_zeros(tokens.shape, dtype=torch.float32)
+    return _TokenLogprobs.apply(logits, tokens, chunk_size, 1.0 / temperature)
+
+
+def _check_arguments(logits: Tensor, tokens: Tensor, chunk_size: int, temperature: float) -> None:
+    """token_logprobs' arguments: ValueError naming the first one that is wrong."""
     if not isinstance(logits, Tensor) or logits.dim() != 3 or not logits.is_floating_point():
         raise ValueError("logits must be a float tensor [B, T, V]")
     if not isinstance(tokens, Tensor) or tokens.shape != logits.shape[:2]:
@@ -51,9 +60,6 @@ def token_logprobs(
         raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    if tokens.numel() == 0:
-        return logits.new_zeros(tokens.shape, dtype=torch.float32)
-    return _TokenLogprobs.apply(logits, tokens, chunk_size, 1.0 / temperature)
 
 
 class _TokenLogprobs(torch.autograd.Function):
@@ -99,6 +105,74 @@ class _TokenLogprobs(torch.autograd.Function):
             if probs.dtype != grad.dtype:
                 grad[rows] = probs
         return grad.view_as(logits), None, None, None
+
+
+def token_logprobs_and_entropy(
+    logits: Tensor, tokens: Tensor, chunk_size: int = 128, temperature: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """token_logprobs, and the entropy H = -sum_v p_v log p_v of softmax(logits / temperature)
+    at every position (docs/algorithms.md, "Entropy controls"), in the same chunked pass: one
+    float32 [chunk_size, V] copy at a time forward, one full-size gradient buffer backward.
+
+    Args: as token_logprobs.
+
+    Returns:
+        ([B, T] float32 log-probs, [B, T] float32 entropies in nats), both differentiable
+        w.r.t. logits (once): dH/dz_v = -p_v (log p_v + H) / temperature.
+    """
+    _check_arguments(logits, tokens, chunk_size, temperature)
+    if tokens.numel() == 0:
+        empty = logits.new_zeros(tokens.shape, dtype=torch.float32)
+        return empty, empty.clone()
+    return _TokenLogprobsEntropy.apply(logits, tokens, chunk_size, 1.0 / temperature)
+
+
+class _TokenLogprobsEntropy(torch.autograd.Function):
+    """token_logprobs_and_entropy's forward and backward, chunked over positions (as
+    _TokenLogprobs: no zero-filled full-size gradient per chunk)."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, tokens: Tensor, chunk_size: int, scale: float):
+        flat_logits = logits.reshape(-1, logits.shape[-1])
+        flat_tokens = tokens.reshape(-1, 1).long()
+        lse = torch.empty(flat_logits.shape[0], dtype=torch.float32, device=logits.device)
+        picked, entropy = torch.empty_like(lse), torch.empty_like(lse)
+        for start in range(0, flat_logits.shape[0], chunk_size):
+            rows = slice(start, start + chunk_size)
+            chunk = _scaled(flat_logits[rows], scale)
+            lse[rows] = torch.logsumexp(chunk, dim=1)
+            picked[rows] = chunk.gather(1, flat_tokens[rows]).squeeze(1)
+            # H = lse - sum_v p_v z_v (z: the scaled logits), as verl's entropy_from_logits
+            entropy[rows] = lse[rows] - (torch.softmax(chunk, dim=1) * chunk).sum(dim=1)
+        ctx.save_for_backward(logits, flat_tokens, lse, entropy)
+        ctx.chunk_size, ctx.scale = chunk_size, scale
+        return (picked - lse).view(tokens.shape), entropy.view(tokens.shape)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
+        logits, flat_tokens, lse, entropy = ctx.saved_tensors
+        flat_logits = logits.reshape(-1, logits.shape[-1])
+        rows_total = flat_logits.shape[0]
+        g_logp = _flat_grad(grad_logp, rows_total, lse)
+        g_ent = _flat_grad(grad_entropy, rows_total, lse)
+        grad = torch.empty_like(flat_logits)
+        for start in range(0, rows_total, ctx.chunk_size):
+            rows = slice(start, start + ctx.chunk_size)
+            log_p = _scaled(flat_logits[rows], ctx.scale) - lse[rows, None]
+            probs = log_p.exp()
+            # d logp_token / dz = onehot - p;  dH / dz = -p (log p + H)
+            chunk = -probs * (g_logp[rows] + g_ent[rows] * (log_p + entropy[rows, None]))
+            chunk.scatter_add_(1, flat_tokens[rows], g_logp[rows])
+            grad[rows] = chunk * ctx.scale if ctx.scale != 1.0 else chunk
+        return grad.view_as(logits), None, None, None
+
+
+def _flat_grad(grad: Tensor | None, rows: int, like: Tensor) -> Tensor:
+    """An output's incoming gradient as float32 [rows, 1]; zeros when it has none."""
+    if grad is None:
+        return torch.zeros(rows, 1, dtype=torch.float32, device=like.device)
+    return grad.reshape(-1, 1).float()
 
 
 def _scaled(chunk: Tensor, scale: float) -> Tensor:

@@ -21,13 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from groupwise.algorithms.entropy import AdaptiveEntropy
 from groupwise.algorithms.estimators import (
     AdvantageEstimator,
     AdvantageSettings,
     GroupRewards,
     get_advantage_estimator,
 )
+from groupwise.algorithms.objective import LossSettings
 from groupwise.algorithms.preference import AdaptiveLambda
+from groupwise.algorithms.surrogates import SurrogateParams, get_policy_loss
 from groupwise.algorithms.targets import (
     GroupTargets,
     PairlessWarning,
@@ -79,6 +82,31 @@ class Algorithm:
     needs_reference: bool
     needs_rollout_logp: bool
     needs_correctness: bool
+    adaptive_entropy: AdaptiveEntropy | None = None
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the loss needs the per-token entropies (an entropy option is on)."""
+        return self.loss_settings(LossSettings()).needs_entropy
+
+    def entropy_coef(self) -> float:
+        """The entropy bonus's coefficient for the next update: fixed, or the adaptive one's."""
+        if self.adaptive_entropy is not None:
+            return self.adaptive_entropy.applied
+        return self.options.entropy_coef
+
+    def loss_settings(self, base: LossSettings) -> LossSettings:
+        """`base` (an engine's clip range, ratio level, aggregation, KL) with these options'
+        policy loss, its parameters and the entropy controls (docs/algorithms.md, "Policy
+        losses: CISPO, GMPO, SAPO" and "Entropy controls")."""
+        o = self.options
+        return dataclasses.replace(
+            base,
+            policy_loss=o.policy_loss,
+            surrogate=o.surrogate_params(base.eps_low, base.eps_high),
+            top_entropy_quantile=o.top_entropy_quantile,
+            entropy_bonus=o.entropy_coef > 0 or o.entropy_adaptive,
+        )
 
     def targets(self, batch: GroupRewards, **kwargs: Any) -> GroupTargets:
         """The batch's advantages, AMIR pairs and coefficients (`group_targets` with this
@@ -90,15 +118,111 @@ class Algorithm:
 
 @dataclass
 class AlgorithmOptions:
-    """Advantage estimator, LENS (docs/algorithms.md §3) and AMIR-GRPO (docs/algorithms.md §2)
-    options."""
+    """Advantage estimator, LENS (docs/algorithms.md §3), AMIR-GRPO (docs/algorithms.md §2), the
+    policy loss (docs/algorithms.md, "Policy losses: CISPO, GMPO, SAPO") and entropy controls
+    (docs/algorithms.md, "Entropy controls") options."""
 
     advantage: str = option(
         "grpo",
         """Advantage estimator, by name in groupwise.algorithms.ADVANTAGE_ESTIMATORS: grpo
         (group-normalised reward totals, docs/algorithms.md §1) | lens (calibrated negative rewards,
-        docs/algorithms.md §3) | rloo (leave-one-out baseline, docs/algorithms.md, "RLOO") | one
+        docs/algorithms.md §3) | rloo (leave-one-out baseline, docs/algorithms.md, "RLOO") |
+        reinforce_plus_plus_baseline (group-mean baseline, then whitened over the batch's
+        tokens: REINFORCE++-baseline, docs/algorithms.md, "REINFORCE++-baseline") | one
         registered with register_advantage_estimator.""",
+    )
+    policy_loss: Literal["clip", "cispo", "gmpo", "sapo"] = option(
+        "clip",
+        """The policy loss: clip (GRPO's clipped surrogate, docs/algorithms.md §1) | cispo
+        (CISPO: the clipped IS weight as a constant times A log pi; MiniMax-M1) | gmpo (GMPO:
+        the geometric mean of the token ratios, clipped in log space) | sapo (SAPO: a soft
+        sigmoid gate in place of the clip). docs/algorithms.md, "Policy losses: CISPO, GMPO,
+        SAPO". AMIR's term, LENS's advantages and the entropy controls combine with each.""",
+    )
+    cispo_eps_low: float | None = option(
+        None,
+        """CISPO: the IS weight is clipped below at 1 - cispo_eps_low; null = no lower bound
+        (MiniMax-M1: eps_low^IS left large). docs/algorithms.md, "CISPO".""",
+        ge=0,
+        lt=1,
+        allow_none=True,
+        note="(or null: none)",
+    )
+    cispo_eps_high: float = option(
+        4.0,
+        """CISPO: the IS weight is clipped above at 1 + cispo_eps_high (4.0: TRL's recommended
+        epsilon_max 5.0 of ScaleRL). docs/algorithms.md, "CISPO".""",
+        ge=0,
+    )
+    gmpo_eps_low: float = option(
+        0.4,
+        """GMPO: each token's log ratio is clipped below at -gmpo_eps_low (the paper's
+        (e^-0.4, e^0.4)). docs/algorithms.md, "GMPO".""",
+        gt=0,
+    )
+    gmpo_eps_high: float = option(
+        0.4,
+        """GMPO: each token's log ratio is clipped above at gmpo_eps_high. docs/algorithms.md,
+        "GMPO".""",
+        gt=0,
+    )
+    sapo_tau_pos: float = option(
+        1.0,
+        """SAPO: the gate's temperature where A > 0 (paper, TRL and verl 1.0).
+        docs/algorithms.md, "SAPO".""",
+        gt=0,
+    )
+    sapo_tau_neg: float = option(
+        1.05,
+        """SAPO: the gate's temperature where A <= 0 (paper, TRL and verl 1.05).
+        docs/algorithms.md, "SAPO".""",
+        gt=0,
+    )
+    entropy_coef: float = option(
+        0.0,
+        """Entropy bonus: loss - entropy_coef x the aggregated token entropy of the tokens the
+        policy loss sees (0: off, no entropy computed); with entropy_adaptive, the initial
+        coefficient. docs/algorithms.md, "Entropy controls".""",
+        ge=0,
+    )
+    entropy_adaptive: bool = option(
+        False,
+        """Skywork-OR1's adaptive entropy coefficient: after each update it moves by
+        entropy_coef_delta toward more bonus while the mean token entropy is at or below
+        entropy_target, less above it; the bonus applies only while entropy <= the target.
+        docs/algorithms.md, "Entropy controls".""",
+    )
+    entropy_target: float = option(
+        0.2,
+        """Target mean token entropy (nats) of the adaptive coefficient (TRL's default 0.2;
+        set it near the entropy of the run's first steps). docs/algorithms.md, "Entropy
+        controls".""",
+        ge=0,
+    )
+    entropy_coef_delta: float = option(
+        0.005,
+        """Step of the adaptive coefficient per update (TRL's default). docs/algorithms.md,
+        "Entropy controls".""",
+        ge=0,
+    )
+    entropy_coef_min: float = option(
+        0.0,
+        'Lower bound of the adaptive coefficient. docs/algorithms.md, "Entropy controls".',
+        ge=0,
+    )
+    entropy_coef_max: float = option(
+        1.0,
+        'Upper bound of the adaptive coefficient. docs/algorithms.md, "Entropy controls".',
+        ge=0,
+    )
+    top_entropy_quantile: float = option(
+        1.0,
+        """The policy loss only on the top rho of a micro-batch's completion tokens by entropy
+        ("Beyond the 80/20 Rule": 0.2; TRL's top_entropy_quantile); 1 = every token; the other
+        tokens still count in the aggregation's means. docs/algorithms.md, "Entropy
+        controls".""",
+        ge=0,
+        le=1,
     )
     lens_alpha: float = option(
         0.25,
@@ -233,6 +357,25 @@ class AlgorithmOptions:
                 f"{name('lambda_low')} must be < {name('lambda_high')}, got "
                 f"{self.lambda_low} and {self.lambda_high}"
             )
+        self._check_entropy(name)
+
+    def _check_entropy(self, name: Callable[[str], str]) -> None:
+        """The adaptive coefficient's bounds around its start; GMPO's geometric mean has no
+        place for tokens left out by the high-entropy mask."""
+        if self.entropy_adaptive and not (
+            self.entropy_coef_min <= self.entropy_coef <= self.entropy_coef_max
+        ):
+            raise ValueError(
+                f"{name('entropy_coef')} must lie in [{name('entropy_coef_min')}, "
+                f"{name('entropy_coef_max')}] = [{self.entropy_coef_min}, "
+                f"{self.entropy_coef_max}] with {name('entropy_adaptive')}, got {self.entropy_coef}"
+            )
+        if self.policy_loss == "gmpo" and self.top_entropy_quantile < 1:
+            raise ValueError(
+                f"{name('top_entropy_quantile')}={self.top_entropy_quantile} cannot combine with "
+                f"{name('policy_loss')}=gmpo: a completion's loss is the geometric mean of all its "
+                "token ratios, with no token left out"
+            )
 
     def build(
         self,
@@ -245,6 +388,7 @@ class AlgorithmOptions:
         scale: str = "group",
         std: str = "unbiased",
         eps: float = 1e-4,
+        ratio_level: str = "token",
     ) -> Algorithm:
         """The Algorithm an engine runs, after every check of these options against it.
 
@@ -257,6 +401,8 @@ class AlgorithmOptions:
             no_reference: None when the engine can give a reference policy; otherwise why it
                 cannot and what would give one (the message of the refusal).
             scale, std, eps: GRPO's std settings, the engine's (docs/algorithms.md §1).
+            ratio_level: where the engine takes the importance ratio ("token" | "sequence",
+                GSPO); CISPO and GMPO take token ratios.
 
         Raises:
             ValueError: one line naming the option: out of range, an estimator that needs a
@@ -265,6 +411,11 @@ class AlgorithmOptions:
         """
         self.check(name)
         estimator = get_advantage_estimator(self.advantage)
+        if ratio_level == "sequence" and not get_policy_loss(self.policy_loss).sequence_ratio:
+            raise ValueError(
+                f"{name('policy_loss')}={self.policy_loss} takes token-level importance ratios, "
+                "not the sequence-level ratio (GSPO) this run asks for"
+            )
         if estimator.needs_correctness and rewards.correct_reward is None:
             raise ValueError(
                 f"{name('advantage')}={self.advantage} needs a binary correctness signal: "
@@ -296,6 +447,7 @@ class AlgorithmOptions:
             needs_reference=needs_reference,
             needs_rollout_logp=self.needs_rollout_logp(),
             needs_correctness=estimator.needs_correctness,
+            adaptive_entropy=self.adaptive_entropy(),
         )
 
     def advantage_settings(
@@ -332,6 +484,31 @@ class AlgorithmOptions:
             max_value=self.lambda_max,
             measure=self.lambda_measure,
             every=self.lambda_every,
+        )
+
+    def surrogate_params(self, eps_low: float = 0.2, eps_high: float = 0.2) -> SurrogateParams:
+        """The policy losses' options, with an engine's GRPO clip range."""
+        return SurrogateParams(
+            eps_low=eps_low,
+            eps_high=eps_high,
+            cispo_eps_low=self.cispo_eps_low,
+            cispo_eps_high=self.cispo_eps_high,
+            gmpo_eps_low=self.gmpo_eps_low,
+            gmpo_eps_high=self.gmpo_eps_high,
+            sapo_tau_pos=self.sapo_tau_pos,
+            sapo_tau_neg=self.sapo_tau_neg,
+        )
+
+    def adaptive_entropy(self) -> AdaptiveEntropy | None:
+        """A new AdaptiveEntropy with the entropy_* options; None unless entropy_adaptive."""
+        if not self.entropy_adaptive:
+            return None
+        return AdaptiveEntropy(
+            init=self.entropy_coef,
+            target=self.entropy_target,
+            delta=self.entropy_coef_delta,
+            min_value=self.entropy_coef_min,
+            max_value=self.entropy_coef_max,
         )
 
     def needs_rollout_logp(self) -> bool:

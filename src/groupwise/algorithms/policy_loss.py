@@ -1,12 +1,16 @@
-"""Clipped policy-gradient surrogate of GRPO and its KL penalty (docs/algorithms.md §1)."""
+"""The policy-gradient loss of GRPO (clipped surrogate, or CISPO, GMPO, SAPO by name) and its KL
+penalty (docs/algorithms.md §1 and "Policy losses: CISPO, GMPO, SAPO")."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from groupwise.algorithms.advantages import _as_bool, _check_choice
 from groupwise.algorithms.logprobs import _masked_row_mean
+from groupwise.algorithms.surrogates import SurrogateParams, get_policy_loss
 
 RATIO_LEVELS = ("token", "sequence")
 AGGREGATIONS = ("grpo", "dapo", "dr_grpo")
@@ -86,10 +90,14 @@ def policy_loss(
     aggregation: str = "grpo",
     max_completion_length: int | None = None,
     token_weights: Tensor | None = None,
+    surrogate: str = "clip",
+    params: SurrogateParams | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate loss L = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A), aggregated.
+    """Clipped surrogate loss L = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A), aggregated;
+    or another registered policy loss (`surrogate`: "cispo" | "gmpo" | "sapo").
 
-    docs/algorithms.md §1. KL is not included: add gamma * kl_k3 aggregated the same way.
+    docs/algorithms.md §1 and "Policy losses: CISPO, GMPO, SAPO". KL is not included: add
+    gamma * kl_k3 aggregated the same way.
 
     Importance ratio, at ratio_level:
     - "token": rho_{i,t} = exp(logp_{i,t} - old_{i,t});
@@ -114,7 +122,12 @@ def policy_loss(
         aggregation: "grpo" | "dapo" | "dr_grpo".
         max_completion_length: denominator length of "dr_grpo", int >= 1 or None.
         token_weights: [B, T] constants multiplying each token's surrogate before aggregation
-            (the truncated importance weights of groupwise.algorithms.importance), or None.
+            (the truncated importance weights of groupwise.algorithms.importance, the
+            high-entropy token mask), or None. Under "gmpo" a completion's weights enter by their
+            geometric mean (its loss is one number per completion, as verl does).
+        surrogate: the policy loss by name (groupwise.algorithms.surrogates.POLICY_LOSSES).
+        params: the policy losses' options (SurrogateParams); None: the defaults. Its eps_low
+            and eps_high are replaced by the arguments eps_low and eps_high.
 
     Returns:
         (loss, metrics): a scalar loss, and detached scalar metrics, fractions over the
@@ -123,6 +136,8 @@ def policy_loss(
         "clip_fraction_high": rho > 1 + eps_high and A > 0;
         "clip_fraction": either of the two;
         "ratio_mean": mean of rho over masked tokens.
+        Under the other losses "low" / "high" are where their own clip bound was active
+        (CISPO: the IS weight clipped whatever A's sign; SAPO: never).
         At ratio_level "sequence" every token carries its completion's rho, so these are
         token-weighted fractions (TRL averages over completions there instead).
     """
@@ -130,6 +145,44 @@ def policy_loss(
     _check_choice(aggregation, "aggregation", AGGREGATIONS)
     _check_eps(eps_low, "eps_low", upper=1.0)
     _check_eps(eps_high, "eps_high", upper=None)
+    loss_fn = get_policy_loss(surrogate)
+    if ratio_level == "sequence" and not loss_fn.sequence_ratio:
+        raise ValueError(f"the {surrogate} policy loss takes token-level ratios, not 'sequence'")
+    shape = _check_shapes(logp, old_logp, advantages)
+    mask = _check_mask(mask, shape)
+    old = logp.detach() if old_logp is None else old_logp.detach().to(logp.dtype)
+    # Masked positions get log-ratio 0 before exp, so padding can never overflow into NaN.
+    log_ratio = torch.where(mask, logp - old, torch.zeros_like(logp))
+    if ratio_level == "sequence":
+        log_ratio = _masked_row_mean(log_ratio, mask).unsqueeze(1).expand_as(logp)
+    adv = advantages.detach().to(logp.dtype).unsqueeze(1)
+    params = replace(params or SurrogateParams(), eps_low=eps_low, eps_high=eps_high)
+    out = loss_fn.fn(logp, log_ratio, adv, mask, params)
+    per_token = out.per_token
+    if token_weights is not None:
+        if not isinstance(token_weights, Tensor) or tuple(token_weights.shape) != shape:
+            raise ValueError(f"token_weights must be None or a tensor of logp's shape {shape}")
+        weights = token_weights.detach().to(per_token.dtype)
+        if surrogate == "gmpo":  # one loss per completion: its weights' geometric mean
+            weights = _geometric_row_mean(weights, mask).unsqueeze(1).expand_as(per_token)
+        per_token = per_token * weights
+
+    loss = aggregate_token_losses(per_token, mask, aggregation, max_completion_length)
+
+    with torch.no_grad():
+        tokens = mask.sum().clamp(min=1).to(logp.dtype)
+        ratio = torch.exp(log_ratio)
+        metrics = {
+            "clip_fraction_low": out.low.sum().to(logp.dtype) / tokens,
+            "clip_fraction_high": out.high.sum().to(logp.dtype) / tokens,
+            "clip_fraction": (out.low | out.high).sum().to(logp.dtype) / tokens,
+            "ratio_mean": torch.where(mask, ratio, torch.zeros_like(ratio)).sum() / tokens,
+        }
+    return loss, metrics
+
+
+def _check_shapes(logp: Tensor, old_logp: Tensor | None, advantages: Tensor) -> tuple[int, ...]:
+    """logp [B, T] float, old_logp None or [B, T], advantages [B]; returns (B, T)."""
     if not isinstance(logp, Tensor) or logp.dim() != 2 or not logp.is_floating_point():
         raise ValueError("logp must be a float tensor [B, T]")
     shape = tuple(logp.shape)
@@ -139,34 +192,13 @@ def policy_loss(
         raise ValueError(f"old_logp must be None or a tensor of logp's shape {shape}")
     if not isinstance(advantages, Tensor) or tuple(advantages.shape) != shape[:1]:
         raise ValueError(f"advantages must be a tensor of shape ({shape[0]},), one per row")
-    mask = _check_mask(mask, shape)
-    old = logp.detach() if old_logp is None else old_logp.detach().to(logp.dtype)
-    # Masked positions get log-ratio 0 before exp, so padding can never overflow into NaN.
-    log_ratio = torch.where(mask, logp - old, torch.zeros_like(logp))
-    if ratio_level == "sequence":
-        log_ratio = _masked_row_mean(log_ratio, mask).unsqueeze(1).expand_as(logp)
-    ratio = torch.exp(log_ratio)
-    adv = advantages.detach().to(logp.dtype).unsqueeze(1)
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
-    per_token = -torch.minimum(ratio * adv, clipped * adv)
-    if token_weights is not None:
-        if not isinstance(token_weights, Tensor) or tuple(token_weights.shape) != shape:
-            raise ValueError(f"token_weights must be None or a tensor of logp's shape {shape}")
-        per_token = per_token * token_weights.detach().to(per_token.dtype)
+    return shape
 
-    loss = aggregate_token_losses(per_token, mask, aggregation, max_completion_length)
 
-    with torch.no_grad():
-        tokens = mask.sum().clamp(min=1).to(logp.dtype)
-        low = (ratio < 1.0 - eps_low) & (adv < 0) & mask
-        high = (ratio > 1.0 + eps_high) & (adv > 0) & mask
-        metrics = {
-            "clip_fraction_low": low.sum().to(logp.dtype) / tokens,
-            "clip_fraction_high": high.sum().to(logp.dtype) / tokens,
-            "clip_fraction": (low | high).sum().to(logp.dtype) / tokens,
-            "ratio_mean": torch.where(mask, ratio, torch.zeros_like(ratio)).sum() / tokens,
-        }
-    return loss, metrics
+def _geometric_row_mean(weights: Tensor, mask: Tensor) -> Tensor:
+    """[B] exp of the masked row mean of log(weights [B, T]); a zero weight gives 0."""
+    logs = torch.log(torch.where(mask, weights, torch.ones_like(weights)))
+    return torch.exp(_masked_row_mean(logs, mask))
 
 
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:

@@ -64,10 +64,12 @@ class WholeBatchTargets(_Targets):
         """The whole batch's advantages and AMIR pairs (no coefficients yet), from its rows'
         rollout-policy log-probs where the estimator needs them."""
         mean_logp_old, lengths = None, None
-        if self.algorithm.estimator.needs_rollout_logp:
-            mask = batch.rollouts.completion_mask.bool()
+        estimator = self.algorithm.estimator
+        mask = batch.rollouts.completion_mask.bool()
+        if estimator.needs_rollout_logp:
             local = sequence_mean_logp(old.of(slice(None)), mask)
             mean_logp_old = self.dist.place(batch.rows, local)
+        if estimator.needs_rollout_logp or estimator.needs_lengths:
             lengths = self.dist.place(batch.rows, mask.sum(dim=1).float())
         rewards = batch.group_rewards(
             slice(None), self.group_size, self.component, mean_logp_old, lengths
