@@ -27,6 +27,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "groupwise.report.command",
         "compare runs: training runs in one table (--png: a figure), or a page (--output)",
     ),
+    "view": (
+        "groupwise.view.command",
+        "a page of a run's groups and pairs, an evaluation's samples, or two side by side",
+    ),
     "summary": ("groupwise.train.summary", "deprecated: groupwise report (the same arguments)"),
 }
 
