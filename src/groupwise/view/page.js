@@ -1,5 +1,5 @@
 // groupwise view: the page's script (docs/guides/view.md). No network, no library: it reads
-// the JSON inside the page's <script type="application/json"> blocks, parsing a step's groups
+// the JSON blocks inside the page (script elements of type application/json), parsing a step's groups
 // (or a chunk of problems) only when they are shown, and renders one step, or one page of
 // problems, at a time. The URL hash holds the state (#step=2&only=pairs&q=text), so a link or
 // a test can open the page on a step and filter.
