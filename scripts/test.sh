@@ -37,15 +37,22 @@ verl_pid=$!
 # runs after the vLLM tests, in their lane, which ends well before the .venv part
 # The lanes share 24 GiB: the vLLM engines' KV caches take 1 GiB each (the default 2 GiB each
 # once brought the machine to 96 % beside a TRL run and a verl run, and Ray killed the latter)
-(VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm "$@" &&
-    .venv/bin/python -m pytest -q tests/test_quickstart.py "$@") > "$logs/vllm" 2>&1 &
+# Then the page tests of `groupwise view` in headless Chromium (tests/test_view_browser.py,
+# about 50 s), installed meanwhile in the background of this lane (scripts/setup_browser.sh).
+(bash scripts/setup_browser.sh > "$logs/browser" 2>&1 &
+    browser_pid=$!
+    VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm "$@" &&
+    .venv/bin/python -m pytest -q tests/test_quickstart.py "$@" &&
+    { wait $browser_pid || { cat "$logs/browser"; false; }; } &&
+    .venv/bin/python -m pytest -q tests/test_view_browser.py "$@") > "$logs/vllm" 2>&1 &
 vllm_pid=$!
 # tests/test_verl_*.py import verl to collect: only .venv-verl has it (tests/conftest.py)
-.venv/bin/python -m pytest -q -m "not vllm" --ignore tests/test_quickstart.py "$@"
+.venv/bin/python -m pytest -q -m "not vllm" --ignore tests/test_quickstart.py \
+    --ignore tests/test_view_browser.py "$@"
 main_status=$?
 wait $vllm_pid
 vllm_status=$?
-echo "--- .venv-vllm: the vLLM tests, then the main command's test in .venv (exit $vllm_status)"
+echo "--- .venv-vllm: the vLLM tests, then the main command's and the page tests in .venv (exit $vllm_status)"
 cat "$logs/vllm"
 wait $verl_pid
 verl_status=$?
