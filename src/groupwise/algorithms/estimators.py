@@ -222,10 +222,11 @@ def reinforce_plus_plus_baseline_estimator(
     or n ("population")."""
     if batch.lengths is None:
         raise ValueError("the reinforce_plus_plus_baseline estimator needs lengths")
-    centred = batch.rewards.float()
+    dtype = batch.rewards.dtype if batch.rewards.is_floating_point() else torch.float32
+    centred = batch.rewards.to(dtype)
     if batch.group_size > 1:
-        centred = group_advantages(batch.rewards, batch.group_size, scale="none").float()
-    weights = batch.lengths.float()
+        centred = group_advantages(centred, batch.group_size, scale="none")
+    weights = batch.lengths.to(dtype)
     count = weights.sum()
     mean = (weights * centred).sum() / count.clamp(min=1e-8)
     var = (weights * (centred - mean) ** 2).sum() / count.clamp(min=1e-8)
@@ -234,5 +235,4 @@ def reinforce_plus_plus_baseline_estimator(
             raise ValueError("reinforce_plus_plus_baseline's unbiased variance needs > 1 token")
         var = var * count / (count - 1)
     advantages = (centred - mean) / torch.sqrt(var + WHITEN_EPS)
-    dtype = batch.rewards.dtype if batch.rewards.is_floating_point() else torch.float32
     return Advantages(advantages.to(dtype), batch.rewards)

@@ -144,7 +144,9 @@ def sapo_surrogate(
     tau_pos where A > 0 else tau_neg (docs/algorithms.md, "SAPO"). No hard clip: the gate's
     slope 4 sigma (1 - sigma) rho is 1 at rho = 1 and fades smoothly away from it."""
     ratio = torch.exp(log_ratio)
-    tau = torch.where(adv > 0, p.sapo_tau_pos, p.sapo_tau_neg).to(ratio.dtype)
+    # the temperatures in the ratio's dtype (python floats in torch.where would give float32)
+    pos, neg = (torch.tensor(t, dtype=ratio.dtype) for t in (p.sapo_tau_pos, p.sapo_tau_neg))
+    tau = torch.where(adv > 0, pos, neg)
     gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
     none = torch.zeros_like(mask)
     return Surrogate(-gate * adv, none, none)
