@@ -176,3 +176,21 @@ def test_algorithm_loss_settings_carry_the_options():
     assert settings.entropy_bonus and algorithm.needs_entropy
     assert algorithm.entropy_coef() == 0.01
     assert not AlgorithmOptions().build(RewardFacts([None], [1.0], 1.0), 4).needs_entropy
+
+
+def test_print_config_documents_the_losses_estimator_and_entropy_controls(capsys) -> None:
+    from groupwise.cli import main
+
+    assert main(["train", "--print-config"]) == 0
+    text = capsys.readouterr().out
+    for words in (
+        "cispo (CISPO",
+        "gmpo (GMPO",
+        "sapo (SAPO",
+        "reinforce_plus_plus_baseline",
+        "entropy_coef: 0.0",
+        "entropy_adaptive: false",
+        "top_entropy_quantile: 1.0",
+        'docs/algorithms.md, "Entropy controls"',
+    ):
+        assert words in text, words

@@ -35,7 +35,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
-from groupwise.algorithms import sequence_mean_logp, token_logprobs
+from groupwise.algorithms import sequence_mean_logp, token_logprobs, token_logprobs_and_entropy
 from groupwise.models import cache_kwarg
 
 if TYPE_CHECKING:
@@ -53,9 +53,11 @@ def completion_logprobs(
     temperature: float = 1.0,
     max_logits_bytes: int = DEFAULT_MAX_LOGITS_BYTES,
     group_size: int = 1,
-) -> torch.Tensor:
+    entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log pi(o_t | q, o_<t) for every completion token (docs/algorithms.md §1; l(q, o) of 2 is its
-    mean).
+    mean), and with `entropy` the entropy of pi(. | q, o_<t) at each of them (docs/algorithms.md,
+    "Entropy controls"), from the same chunked pass over the logits.
 
     Args:
         model: a causal LM (transformers, or a peft model around one).
@@ -71,10 +73,12 @@ def completion_logprobs(
             key/value cache (module docstring), unless the model is in training mode with
             gradient checkpointing, where transformers turns the cache off: the prompts are
             then repeated n times in one pass.
+        entropy: also return the per-token entropies (computed only then).
 
     Returns:
         Tensor[B, T] float32 log-probs (nats); positions where completion_mask is 0 hold finite
-        values of no meaning (callers mask them).
+        values of no meaning (callers mask them). With `entropy`: (log-probs, entropies [B, T],
+        nats), both differentiable.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to score completions, got {temperature}")
@@ -114,11 +118,16 @@ def completion_logprobs(
             use_cache=False,
         )[:, :-1]
 
+    if whole and entropy:
+        logp, entropies = token_logprobs_and_entropy(
+            states, completion_ids, temperature=temperature
+        )
+        return _padded(logp, full_length), _padded(entropies, full_length)
     if whole:
         logp = token_logprobs(states, completion_ids, temperature=temperature)
     else:
         chunk = max(1, max_logits_bytes // (batch * vocab * 4))
-        head = _output_head(model, temperature)
+        head = _output_head(model, temperature, entropy)
         pieces = [
             checkpoint(
                 head,
@@ -128,9 +137,17 @@ def completion_logprobs(
             )
             for s in range(0, length, chunk)
         ]
+        if entropy:
+            logp, entropies = (torch.cat(parts, dim=1) for parts in zip(*pieces, strict=True))
+            return _padded(logp, full_length), _padded(entropies, full_length)
         logp = torch.cat(pieces, dim=1)
-    full = logp.new_zeros(batch, full_length)
-    full[:, :length] = logp
+    return _padded(logp, full_length)
+
+
+def _padded(values: torch.Tensor, full_length: int) -> torch.Tensor:
+    """values [B, length] as [B, full_length], zeros after them."""
+    full = values.new_zeros(values.shape[0], full_length)
+    full[:, : values.shape[1]] = values
     return full
 
 
@@ -300,8 +317,9 @@ def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
-def _output_head(model: torch.nn.Module, temperature: float):
-    """hidden [B, c, H], tokens [B, c] -> log-probs [B, c], as the model's own head computes."""
+def _output_head(model: torch.nn.Module, temperature: float, entropy: bool = False):
+    """hidden [B, c, H], tokens [B, c] -> log-probs [B, c] (and entropies [B, c] with
+    `entropy`), as the model's own head computes."""
     lm_head = model.get_output_embeddings()
     softcap = getattr(model.config, "final_logit_softcapping", None)
 
@@ -309,6 +327,8 @@ def _output_head(model: torch.nn.Module, temperature: float):
         logits = lm_head(hidden)
         if softcap:
             logits = torch.tanh(logits / softcap) * softcap
+        if entropy:
+            return token_logprobs_and_entropy(logits, tokens, temperature=temperature)
         return token_logprobs(logits, tokens, temperature=temperature)
 
     return head

@@ -86,8 +86,9 @@ class Algorithm:
 
     @property
     def needs_entropy(self) -> bool:
-        """Whether the loss needs the per-token entropies (an entropy option is on)."""
-        return self.loss_settings(LossSettings()).needs_entropy
+        """Whether the engine must compute the per-token entropies: an entropy control is on,
+        or log_entropy."""
+        return self.options.log_entropy or self.loss_settings(LossSettings()).needs_entropy
 
     def entropy_coef(self) -> float:
         """The entropy bonus's coefficient for the next update: fixed, or the adaptive one's."""
@@ -214,6 +215,12 @@ class AlgorithmOptions:
         1.0,
         'Upper bound of the adaptive coefficient. docs/algorithms.md, "Entropy controls".',
         ge=0,
+    )
+    log_entropy: bool = option(
+        False,
+        """Log the mean token entropy of each update (metric `entropy`) without an entropy
+        control (each control logs it anyway); it costs one more softmax pass over each chunk
+        of logits. docs/algorithms.md, "Entropy controls".""",
     )
     top_entropy_quantile: float = option(
         1.0,

@@ -40,6 +40,7 @@ def build_algorithm(config: Config) -> Algorithm:
             scale=algo.scale_rewards,
             std=algo.advantage_std,
             eps=algo.advantage_eps,
+            ratio_level=algo.loss_level,
         )
     except ValueError as error:
         raise ConfigError(str(error)) from None

@@ -46,10 +46,12 @@ from groupwise.train.update import MicroBatchLoss, Updater
 
 class RolloutPass(NamedTuple):
     """A training pass of the policy at the rollout policy, run before the step's targets:
-    rows, and logp [rows, T] with its graph, which the first loss over those rows reuses."""
+    rows, and logp [rows, T] with its graph, which the first loss over those rows reuses;
+    entropy [rows, T] (with its graph) where the algorithm needs entropies, else None."""
 
     rows: slice
     logp: torch.Tensor
+    entropy: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ class LossInputs:
     """The per-row inputs of one micro-batch's loss terms (`groupwise.algorithms.loss_terms`):
     logp / old_logp / ref_logp [b, T] per-token log-probs (policy with gradient, rollout policy
     when off-policy, reference), mask [b, T] bool, advantages [b], token_weights [b, T] (the
-    importance correction against the sampler) or None."""
+    importance correction against the sampler) or None, entropy [b, T] the per-token entropies
+    (with gradient) where an entropy option is on, else None."""
 
     logp: torch.Tensor
     mask: torch.Tensor
@@ -90,6 +93,7 @@ class LossInputs:
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
     token_weights: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
 
     def terms(self, settings: LossSettings, coefficients: torch.Tensor | None = None) -> LossTerms:
         return loss_terms(
@@ -101,11 +105,12 @@ class LossInputs:
             ref_logp=self.ref_logp,
             coefficients=coefficients,
             token_weights=self.token_weights,
+            entropy=self.entropy,
         )
 
     def rows(self, keep: torch.Tensor) -> LossInputs:
         """The inputs of the rows where `keep` ([b] bool) is set."""
-        optional = (self.old_logp, self.ref_logp, self.token_weights)
+        optional = (self.old_logp, self.ref_logp, self.token_weights, self.entropy)
         return LossInputs(
             *(t[keep] for t in (self.logp, self.mask, self.advantages)),
             *(None if t is None else t[keep] for t in optional),
@@ -164,6 +169,9 @@ class Learner:
     ) -> None:
         self.settings, self.algorithm, self.targets = settings, algorithm, targets
         self.passes, self.updater, self.dist = passes, updater, dist
+        # the config's clip range, aggregation and KL with the algorithm's policy loss and
+        # entropy controls (docs/algorithms.md, "Policy losses: CISPO, GMPO, SAPO")
+        self.loss = algorithm.loss_settings(settings.loss)
 
     def learn(self, batch: ScoredBatch, step: int) -> Learned:
         """The batch's targets, then its updates: for each epoch, one optimizer update per
@@ -235,8 +243,8 @@ class Learner:
             return old.with_passes([(slice(None), rollouts.sampler_logp)]), None, 0.0
         upfront = self.targets.upfront(minibatches)
         if upfront and upfront == minibatches and self._micro_batches(upfront[0]) == upfront:
-            first = RolloutPass(upfront[0], self.passes.logprobs(rollouts, upfront[0]))
-            return old.with_passes([first]), first, 0.0
+            first = RolloutPass(upfront[0], *self._policy_pass(rollouts, upfront[0]))
+            return old.with_passes([(first.rows, first.logp)]), first, 0.0
         start = time.perf_counter()
         with torch.no_grad():
             old = old.with_passes(
@@ -282,7 +290,20 @@ class Learner:
         metrics["pairs"] = plan.totals[2]
         if self.algorithm.lambda_reg is not None:
             metrics["lambda"] = self.algorithm.lambda_reg.value
+        if self.loss.entropy_bonus:
+            metrics["entropy_coef"] = self.algorithm.entropy_coef()
+        if self.algorithm.adaptive_entropy is not None:  # the update's mean token entropy
+            self.algorithm.adaptive_entropy.observe(metrics["entropy"])
         return UpdateResult(metrics, tuple(results))
+
+    def _policy_pass(
+        self, rollouts: Rollouts, rows: slice
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The policy's training pass over `rows`: logp [rows, T], and the per-token entropies
+        [rows, T] from the same pass where the algorithm needs them (else None: no cost)."""
+        if self.algorithm.needs_entropy:
+            return self.passes.logprobs(rollouts, rows, entropy=True)
+        return self.passes.logprobs(rollouts, rows), None
 
     def _micro_batch(
         self, state: StepState, plan: UpdatePlan, micro: slice, first_pass: RolloutPass | None
@@ -296,7 +317,7 @@ class Learner:
         mask = self._loss_mask(rollouts, micro).to(self.passes.device)
         ref_logp = self.passes.reference(rollouts, micro)
         reuse = first_pass is not None and first_pass.rows == micro
-        logp = first_pass.logp if reuse else self.passes.logprobs(rollouts, micro)
+        logp, entropy = first_pass[1:] if reuse else self._policy_pass(rollouts, micro)
         # no update yet in this step: the pass is at the rollout policy, so it gives logp_old
         old = state.old.of_pass(micro, logp) if plan.on_policy else state.old.of(micro)
         mine = self.targets.of_micro(state, micro, old, ref_logp, pairs)
@@ -307,13 +328,14 @@ class Learner:
             old_logp=None if plan.on_policy else old.to(logp.device),
             ref_logp=ref_logp,
             token_weights=self._importance_weights(state.batch, micro, old, mask),
+            entropy=entropy,
         )
         coefficients = None if mine.coefficients is None else mine.coefficients.to(logp.device)
-        terms = inputs.terms(s.loss, coefficients)
+        terms = inputs.terms(self.loss, coefficients)
         share = micro_batch_share(
             s.aggregation, micro.stop - micro.start, int(mask.sum()), rows, tokens
         )
-        policy_and_kl = terms.grpo(s.kl_coef)
+        policy_and_kl = terms.grpo(s.kl_coef, self.algorithm.entropy_coef())
         if self.algorithm.lambda_reg is not None and plan.first_use:
             self._observe_losses(float(policy_and_kl.detach()) * share, share, mine)
         loss = share * policy_and_kl + self._preference_part(terms, plan.probes)
@@ -380,7 +402,7 @@ class Learner:
         share = micro_batch_share(
             s.aggregation, int(wrong.sum()), int(part.mask.sum()), rows, tokens
         )
-        probe.add(share * part.terms(s.loss).grpo(s.kl_coef))
+        probe.add(share * part.terms(self.loss).grpo(s.kl_coef, self.algorithm.entropy_coef()))
 
     def _observe_losses(self, weighted_pg: float, share: float, mine: GroupTargets) -> None:
         """One loss computation for AdaptiveLambda: the k-th micro-batches of every process,

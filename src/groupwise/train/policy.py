@@ -10,6 +10,8 @@ sampling temperature (docs/algorithms.md §1); each group's prompt runs through 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -65,9 +67,11 @@ class PolicyLogprobs:
         self.model, self.device, self.autocast = model, device, autocast
         self.group_size, self.temperature, self.needs_reference = group_size, temperature, reference
 
-    def logprobs(self, rollouts: Rollouts, rows: slice) -> torch.Tensor:
+    def logprobs(self, rollouts: Rollouts, rows: slice, entropy: bool = False) -> Any:
         """Token log-probs [rows, T] (float32) of whole groups of completions under the policy
-        (with gradient unless the caller disabled it); each group's prompt runs once."""
+        (with gradient unless the caller disabled it); each group's prompt runs once. With
+        `entropy`: (log-probs, per-token entropies [rows, T]) from the same pass
+        (docs/algorithms.md, "Entropy controls")."""
         prompts = slice(rows.start // self.group_size, rows.stop // self.group_size)
         mixed = self.autocast is not None
         with torch.autocast(self.device.type, dtype=self.autocast, enabled=mixed):
@@ -79,6 +83,7 @@ class PolicyLogprobs:
                 rollouts.completion_mask[rows].to(self.device),
                 temperature=self.temperature,
                 group_size=self.group_size,
+                entropy=entropy,
             )
 
     def reference(self, rollouts: Rollouts, rows: slice) -> torch.Tensor | None:

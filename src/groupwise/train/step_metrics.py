@@ -24,6 +24,10 @@ PER_UPDATE = (
 )
 """Update metrics averaged over the step's updates (mini-batches x epochs)."""
 
+ENTROPY_METRICS = ("entropy", "entropy_coef")
+"""Averaged over the step's updates where an entropy option computed them (docs/algorithms.md,
+"Entropy controls"): the mean token entropy (nats) and the entropy bonus's coefficient."""
+
 
 def micro_batch_metrics(
     terms: LossTerms, targets: GroupTargets, share: float, token_share: float
@@ -60,6 +64,7 @@ def step_metrics(
         "epoch": epoch,
         **reward_metrics(batch.scores, group_size),
         **{key: _mean(updates, key) for key in PER_UPDATE},
+        **{key: _mean(updates, key) for key in ENTROPY_METRICS if key in updates[0]},
         "updates": len(updates),
         "preference_loss": _total(updates, "preference_loss_sum") / pairs if pairs else 0.0,
         "pair_logp_margin": _total(updates, "pair_logp_margin_sum") / pairs if pairs else 0.0,
