@@ -193,3 +193,26 @@ def test_peer_parity_adaptive_entropy_coefficient_equals_trls(tmp_path) -> None:
         _compare(terms.grpo(0.0, entropy_coef=applied), theirs, (logp, step_entropy))
         ours.observe(float(terms.clip["entropy"]))
         assert ours.value == pytest.approx(trainer.entropy_coef, abs=1e-15)
+
+
+def test_groupwise_config_reads_trls_own_options(tmp_path) -> None:
+    from groupwise.integrations.trl import GroupwiseGRPOConfig
+
+    args = GroupwiseGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to=[],
+        loss_type="cispo",
+        epsilon_high=5.0,
+        top_entropy_quantile=0.2,
+        use_adaptive_entropy=True,
+        entropy_target=1.5,
+        advantage_estimator="reinforce_plus_plus_baseline",
+    )
+    options = args.algorithm_options()
+    assert (options.policy_loss, options.cispo_eps_high) == ("cispo", 4.0)
+    assert options.top_entropy_quantile == 0.2 and options.entropy_adaptive
+    assert options.entropy_target == 1.5
+    assert options.advantage == "reinforce_plus_plus_baseline"
+    plain = GroupwiseGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    assert plain.algorithm_options().policy_loss == "clip"

@@ -4,7 +4,9 @@ The options are groupwise's shared algorithm options (groupwise.algorithms.Algor
 one declaration of each default, range and documentation) under TRL-style names: a feature's
 options share its prefix, as TRL's `vllm_*` and `sapo_*` do (TRL_NAMES). Their help text comes
 from AlgorithmOptions, plus what differs inside TRL (TRL_NOTES); validation goes through
-AlgorithmOptions.check, naming the TRL option. The formulas are in docs/algorithms.md.
+AlgorithmOptions.check, naming the TRL option. The formulas are in docs/algorithms.md. Where
+TRL has an option of its own (CISPO and SAPO as loss_type, the entropy controls), that option is
+the one, and TRL's code runs it (TRL_NATIVE); what TRL cannot do is listed in NOT_IN_TRL.
 
 Renamed from the first release (flat names): advantage -> advantage_estimator, beta_dpo ->
 amir_beta, margin -> amir_margin, pair_mode -> amir_pair_mode, max_pairs_per_group ->
@@ -44,6 +46,33 @@ TRL_NAMES = {
 }
 """groupwise's algorithm option -> its GroupwiseGRPOConfig name. Not exposed: lambda_every (it
 paces lambda_measure="grad", which TRL's training step cannot make: see amir_lambda_measure)."""
+
+TRL_NATIVE = {
+    "policy_loss": "loss_type",
+    "cispo_eps_high": "epsilon_high",
+    "sapo_tau_pos": "sapo_temperature_pos",
+    "sapo_tau_neg": "sapo_temperature_neg",
+    "entropy_coef": "entropy_coef",
+    "entropy_adaptive": "use_adaptive_entropy",
+    "entropy_target": "entropy_target",
+    "entropy_coef_delta": "entropy_coef_delta",
+    "entropy_coef_min": "entropy_coef_min",
+    "entropy_coef_max": "entropy_coef_max",
+    "top_entropy_quantile": "top_entropy_quantile",
+}
+"""groupwise's algorithm option -> TRL's own GRPOConfig option of the same meaning: TRL's code
+runs them (docs/algorithms.md, "Policy losses: CISPO, GMPO, SAPO", "Entropy controls").
+policy_loss cispo / sapo is loss_type="cispo" / "sapo"; TRL's other loss types are the clipped
+surrogate. CISPO's ceiling: TRL's epsilon_high is the absolute bound 1 + cispo_eps_high
+(docs/open-questions.md)."""
+
+NOT_IN_TRL = {
+    "cispo_eps_low": "TRL's CISPO clips the IS weight above only",
+    "gmpo_eps_low": "TRL has no GMPO loss (groupwise train and verl's geo_mean have it)",
+    "gmpo_eps_high": "TRL has no GMPO loss (groupwise train and verl's geo_mean have it)",
+    "log_entropy": "TRL logs the entropy metric always",
+}
+"""groupwise's algorithm options TRL has no place for, and why (lambda_every: TRL_NAMES)."""
 
 LAMBDA_MEASURES = ("loss", "fixed")
 """AdaptiveLambda measures available inside TRL."""
@@ -150,7 +179,7 @@ class GroupwiseGRPOConfig(GRPOConfig):
         super().__post_init__()
         options = self.algorithm_options()
         try:
-            options.check(TRL_NAMES.get)
+            options.check(lambda name: TRL_NAMES.get(name) or TRL_NATIVE.get(name, name))
         except ValueError as err:
             raise ValueError(str(err)) from None
         if self.amir_lambda_measure not in LAMBDA_MEASURES:
@@ -188,8 +217,16 @@ class GroupwiseGRPOConfig(GRPOConfig):
             )
 
     def algorithm_options(self) -> AlgorithmOptions:
-        """These options as groupwise's AlgorithmOptions (docs/algorithms.md §1-3)."""
-        return AlgorithmOptions(**{name: getattr(self, trl) for name, trl in TRL_NAMES.items()})
+        """These options as groupwise's AlgorithmOptions (docs/algorithms.md §1-3), TRL's own
+        options of the same meaning included (TRL_NATIVE)."""
+        native = {name: getattr(self, trl) for name, trl in TRL_NATIVE.items()}
+        native["policy_loss"] = self.loss_type if self.loss_type in ("cispo", "sapo") else "clip"
+        if self.loss_type == "cispo" and self.epsilon_high is not None:
+            native["cispo_eps_high"] = self.epsilon_high - 1.0
+        else:
+            del native["cispo_eps_high"]
+        own = {name: getattr(self, trl) for name, trl in TRL_NAMES.items()}
+        return AlgorithmOptions(**own, **native)
 
 
 def _docstring() -> str:

@@ -319,6 +319,8 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         mean_logp_old = lengths = None
         if mean_logp is not None:
             mean_logp_old = self._gather_rows(batch, mean_logp)
+        if mean_logp is not None or self.algorithm.estimator.needs_lengths:
+            # LENS's "sequence" difficulty; REINFORCE++-baseline's token-weighted whitening
             lengths = self._gather_rows(batch, loss_mask(batch).sum(dim=1).float())
         with profiling_context(self, "groupwise.group_targets"):
             rewards = group_rewards(
