@@ -3,7 +3,9 @@ verl 0.9.1's own functions on the same tensors (verl.trainer.ppo.core_algos:
 compute_policy_loss_cispo / geo_mean / sapo, compute_reinforce_plus_plus_baseline_outcome_advantage,
 agg_loss, compute_entropy_loss; verl.utils.torch_functional.entropy_from_logits): equal losses
 and gradients within float tolerance (docs/algorithms.md, "Policy losses: CISPO, GMPO, SAPO",
-"REINFORCE++-baseline", "Entropy controls"). Runs in .venv-verl (scripts/test.sh).
+"REINFORCE++-baseline", "Entropy controls"); groupwise's estimator through the plugin inside
+verl's compute_advantage; and the one-line refusals of the loss options verl has under its own
+name (or not at all). Runs in .venv-verl (scripts/test.sh).
 
 Where verl's formula is not the paper's, the test says so (docs/open-questions.md):
 - CISPO and SAPO clamp the log-ratio to +-20 before exp, GMPO does not; groupwise never clamps
@@ -39,6 +41,8 @@ from groupwise.algorithms import (
     policy_loss,
     token_logprobs_and_entropy,
 )
+from groupwise.algorithms.options import option_fields
+from groupwise.integrations.verl.options import build_algorithm
 
 LENGTHS = torch.tensor([6, 3, 5, 1, 6, 4])
 
@@ -168,3 +172,41 @@ def test_peer_parity_token_entropy_and_entropy_loss_equal_verls() -> None:
         assert ours_loss.item() == pytest.approx(theirs_loss.item(), rel=1e-5)
         assert torch.allclose(ours_grad, theirs_grad, atol=1e-6)
         assert ours_grad.abs().sum() > 0
+
+
+def test_peer_parity_groupwise_reinforce_pp_baseline_through_verls_compute_advantage() -> None:
+    # the plugin's groupwise_reinforce_plus_plus_baseline inside verl's own compute_advantage,
+    # on shuffled rows, equals verl's reinforce_plus_plus_baseline
+    from test_verl_integration import SCORES, batch, verl_advantages
+    from verl.trainer.config import AlgoConfig
+
+    rewards, mask, uid, _, perm = batch(SCORES)
+    config = AlgoConfig(adv_estimator="reinforce_plus_plus_baseline")
+    ours = verl_advantages(
+        "groupwise_reinforce_plus_plus_baseline", config, rewards, mask, uid, perm
+    )
+    theirs = verl_advantages("reinforce_plus_plus_baseline", config, rewards, mask, uid, perm)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    assert ours.abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("policy_loss", "cispo", "actor_rollout_ref.actor.policy_loss.loss_mode=cispo"),
+        ("gmpo_eps_low", 0.2, "actor_rollout_ref.actor.clip_ratio_low"),
+        ("entropy_coef", 0.01, "actor_rollout_ref.actor.entropy_coeff"),
+        ("top_entropy_quantile", 0.2, "the high-entropy token mask is not available in verl"),
+        ("entropy_adaptive", True, "adaptive entropy coefficient is not available in verl"),
+    ],
+)
+def test_verl_refuses_loss_options_it_has_under_its_own_name(key, value, says) -> None:
+    with pytest.raises(ValueError, match=f"algorithm.groupwise.{key}: .*{says}") as raised:
+        build_algorithm({"groupwise": {key: value}}, "grpo", 4)
+    assert "\n" not in str(raised.value)
+    build_algorithm({"groupwise": {key: AlgorithmOptions_default(key)}}, "grpo", 4)
+
+
+def AlgorithmOptions_default(key: str):
+
+    return option_fields()[key].default

@@ -9,7 +9,10 @@ the command line with Hydra's `+` (the keys are new to verl's schema):
 
     algorithm.adv_estimator=groupwise_lens +algorithm.groupwise.lens_alpha=0.25
 
-Each bad option is a one-line ValueError naming `algorithm.groupwise.<key>`.
+Each bad option is a one-line ValueError naming `algorithm.groupwise.<key>`. The policy losses
+CISPO, GMPO and SAPO and the fixed entropy bonus are verl's own options, which verl's code runs
+(VERL_OWN: a groupwise key for them is refused, naming verl's); the adaptive entropy coefficient
+and the high-entropy token mask are not available in verl (refused the same way).
 """
 
 from __future__ import annotations
@@ -85,6 +88,32 @@ def _fields(kind: type) -> set[str]:
     return {spec.name for spec in dataclasses.fields(kind)}
 
 
+ACTOR = "actor_rollout_ref.actor."
+VERL_OWN = {
+    "policy_loss": f"verl's own {ACTOR}policy_loss.loss_mode=cispo | geo_mean (GMPO) | sapo",
+    "cispo_eps_low": f"verl's CISPO clips to [1 - {ACTOR}clip_ratio_low, 1 + clip_ratio_high]",
+    "cispo_eps_high": f"verl's CISPO clips to [1 - {ACTOR}clip_ratio_low, 1 + clip_ratio_high]",
+    "gmpo_eps_low": f"verl's geo_mean clips log rho to [-{ACTOR}clip_ratio_low, clip_ratio_high]",
+    "gmpo_eps_high": f"verl's geo_mean clips log rho to [-{ACTOR}clip_ratio_low, clip_ratio_high]",
+    "sapo_tau_pos": f"verl's own {ACTOR}tau_pos",
+    "sapo_tau_neg": f"verl's own {ACTOR}tau_neg",
+    "entropy_coef": f"verl's own {ACTOR}entropy_coeff (a fixed coefficient)",
+    "log_entropy": f"verl logs actor/entropy with {ACTOR}calculate_entropy=true",
+}
+"""groupwise options verl has under its own name (docs/algorithms.md, "Policy losses: CISPO,
+GMPO, SAPO", "Entropy controls"): refused under algorithm.groupwise, naming verl's key."""
+
+NOT_IN_VERL = {
+    "entropy_adaptive": "the adaptive entropy coefficient",
+    "entropy_target": "the adaptive entropy coefficient",
+    "entropy_coef_delta": "the adaptive entropy coefficient",
+    "entropy_coef_min": "the adaptive entropy coefficient",
+    "entropy_coef_max": "the adaptive entropy coefficient",
+    "top_entropy_quantile": "the high-entropy token mask",
+}
+"""groupwise options verl's actor loss has no place for: refused when set to another value
+than the default (groupwise train and GroupwiseGRPOTrainer have them)."""
+
 ALGORITHM_KEYS = set(option_fields()) - {"advantage"}
 VERL_KEYS = _fields(VerlOptions)
 
@@ -101,6 +130,7 @@ def read_options(config: Any, estimator: str) -> tuple[AlgorithmOptions, VerlOpt
     if unknown:
         known = ", ".join(sorted(ALGORITHM_KEYS | VERL_KEYS))
         raise ValueError(f"{verl_name(unknown[0])}: no such groupwise option; known: {known}")
+    _refuse_loss_options(values)
     algorithm = AlgorithmOptions(
         advantage=estimator, **{k: v for k, v in values.items() if k in ALGORITHM_KEYS}
     )
@@ -116,6 +146,21 @@ def read_options(config: Any, estimator: str) -> tuple[AlgorithmOptions, VerlOpt
         raise ValueError(f"{verl_name('reward_min')} and {verl_name('reward_max')} go together")
     norm_by_std = _get(config, "norm_adv_by_std_in_grpo")
     return algorithm, verl, True if norm_by_std is None else bool(norm_by_std)
+
+
+def _refuse_loss_options(values: Mapping[str, Any]) -> None:
+    """One line naming the first policy-loss or entropy option set under algorithm.groupwise
+    to another value than its default: verl's own key for it, or that verl has none."""
+    defaults = option_fields()
+    for key in sorted(set(values) & (set(VERL_OWN) | set(NOT_IN_VERL))):
+        if values[key] == defaults[key].default:
+            continue
+        if key in VERL_OWN:
+            raise ValueError(f"{verl_name(key)}: set {VERL_OWN[key]} instead")
+        raise ValueError(
+            f"{verl_name(key)}: {NOT_IN_VERL[key]} is not available in verl's actor loss; "
+            "groupwise train and GroupwiseGRPOTrainer have it"
+        )
 
 
 @dataclass(frozen=True)
