@@ -172,8 +172,8 @@ def _learned(
     trainer = Trainer(config)
     problems = trainer.sampler.batch(0)
     questions = list(range(len(problems)))
-    batch = trainer._score(
-        problems, questions, trainer._rollout(problems, questions, trainer.position)
+    batch = trainer.batches.score(
+        problems, questions, trainer.batches.rollout(problems, questions, trainer.batches.position)
     )
     if shift is not None:
         rollouts = batch.rollouts

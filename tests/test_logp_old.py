@@ -30,8 +30,8 @@ def _step(tmp_path: Path, source: str, shift: float):
     trainer = Trainer(config)
     problems = trainer.sampler.batch(0)
     questions = list(range(len(problems)))
-    batch = trainer._score(
-        problems, questions, trainer._rollout(problems, questions, trainer.position)
+    batch = trainer.batches.score(
+        problems, questions, trainer.batches.rollout(problems, questions, trainer.batches.position)
     )
     rollouts = batch.rollouts
     with torch.no_grad():

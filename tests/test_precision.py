@@ -24,7 +24,7 @@ def _trainer(tmp_path: Path, precision: str) -> Trainer:
 def _rollouts(trainer: Trainer):
     problems = trainer.sampler.batch(0)
     questions = list(range(len(problems)))
-    return trainer._rollout(problems, questions, trainer.position)
+    return trainer.batches.rollout(problems, questions, trainer.batches.position)
 
 
 def test_bfloat16_passes_keep_float32_log_probs_and_gradients_near_float32(tmp_path) -> None:

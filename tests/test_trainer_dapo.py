@@ -46,7 +46,7 @@ def test_dynamic_sampling_trains_on_kept_groups_and_logs_its_draws(tmp_path: Pat
         constant = int((hashes == hashes[:, :1]).all(dim=1).sum())
         assert constant == record["groups_filled"]  # only filled groups may be constant
     assert any(r["draws"] > 1 for r in records)  # some step had to draw again
-    assert trainer.position == drawn * 2  # the data position: every question drawn
+    assert trainer.batches.position == drawn * 2  # the data position: every question drawn
 
 
 def test_dynamic_sampling_resumes_to_the_same_metrics(tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_dynamic_sampling_resumes_to_the_same_metrics(tmp_path: Path) -> None:
     resumed = make_trainer(tmp_path / "resumed", *extra, resume=True)
     assert resumed.step == 2
     straight = logged(tmp_path / "straight" / "metrics.jsonl")
-    assert resumed.position == sum(r["draws"] for r in straight[:2]) * 2
+    assert resumed.batches.position == sum(r["draws"] for r in straight[:2]) * 2
     resumed.train()
     again = logged(tmp_path / "resumed" / "metrics.jsonl")
     assert _comparable(again) == _comparable(straight)

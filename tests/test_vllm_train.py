@@ -3,7 +3,8 @@ CI), on a 2-layer random Llama vLLM can load (tests/vllm_trl_run.tiny_vllm_model
 quickstart's GSM8K config scaled down. Each run is its own process.
 
 - `groupwise train --config configs/quickstart_gsm8k.yaml rollout.engine=vllm ...` trains,
-  is killed (SIGKILL) after its first checkpoint and resumes to the end: the steps are
+  is killed (SIGKILL) after its first checkpoint and resumes to the end (with rollout.staleness=1
+  too, to the metrics of the uninterrupted run): the steps are
   1..max_steps, the engine took the resumed weights before sampling, the sampler's log-probs
   agree with the trainer's (both float32), and the engine ran on the cores it was given.
 - On one batch of real vLLM rollouts (tests/vllm_train_check.py): with the importance
@@ -124,6 +125,55 @@ def test_train_on_vllm_resumes_after_a_kill(model_dir: str, tmp_path: Path) -> N
     # the resumed process synced the checkpoint's weights before its first rollout, then
     # after each update
     assert [r["weight_syncs"] for r in resumed] == [1, 2]
+
+
+def _records(run_dir: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines()]
+
+
+def test_sampling_ahead_learns_one_update_behind_and_resumes_as_uninterrupted(
+    model_dir: str, tmp_path: Path
+) -> None:
+    """rollout.staleness=1: step 1 samples at the start weights (staleness 0); steps 2 and 3
+    learn completions sampled before the previous update (staleness 1). The sampler's
+    log-probs show it: at step 1 they are the trainer's to float32 rounding (as in the test
+    above), at steps 2 and 3 an update of lr 0.05 away. A run killed after a checkpoint
+    resumes with the batch it had sampled ahead: the same completions and losses as the
+    uninterrupted run."""
+    ahead = ["rollout.staleness=1", "rollout.importance_correction=true"]
+    straight = tmp_path / "straight"
+    subprocess.run(train(model_dir, straight, *ahead), env=environment(), check=True, timeout=900)
+    records = _records(straight, "metrics.jsonl")
+    assert [r["staleness"] for r in records] == [0, 1, 1]
+    assert records[0]["sampling_logp_difference"] < 1e-3
+    assert all(r["sampling_logp_difference"] > 1e-2 for r in records[1:])
+    assert all(r["sampler_k3_kl"] > 0 and r["seconds_sampling_ahead"] > 0 for r in records[1:])
+
+    run_dir, log = tmp_path / "killed", tmp_path / "killed.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            train(model_dir, run_dir, *ahead),
+            env=environment(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 900
+    while not (run_dir / "checkpoints" / "step-1").is_dir():
+        assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint within 900 s"
+        time.sleep(0.2)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    subprocess.run(
+        train(model_dir, run_dir, *ahead, "--resume"), env=environment(), check=True, timeout=900
+    )
+    resumed = _records(run_dir, "metrics.jsonl")
+    assert [r["step"] for r in resumed] == [1, 2, 3]
+    for want, got in zip(records, resumed, strict=True):
+        for key in ("policy_loss", "reward_mean", "completion_tokens", "staleness"):
+            assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), (got["step"], key)
+    texts = [[r["completions"] for r in _records(d, "rollouts.jsonl")] for d in (straight, run_dir)]
+    assert texts[0] == texts[1]
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])

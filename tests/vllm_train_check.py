@@ -42,8 +42,8 @@ def main(argv: list[str]) -> None:
     trainer = Trainer(config)
     problems = trainer.sampler.batch(0)
     questions = list(range(len(problems)))
-    batch = trainer._score(
-        problems, questions, trainer._rollout(problems, questions, trainer.position)
+    batch = trainer.batches.score(
+        problems, questions, trainer.batches.rollout(problems, questions, trainer.batches.position)
     )
     weights = [p.detach().clone() for p in trainer.params]
     optimizer = copy.deepcopy(trainer.updater.optimizer.state_dict())
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> None:
     rollouts = batch.rollouts
     # the updates moved the weights: the next rollout syncs them first, and vLLM's log-probs
     # are then the trained policy's (those of the rollouts before the sync are the initial's)
-    fresh = trainer._rollout(problems, questions, trainer.position)
+    fresh = trainer.batches.rollout(problems, questions, trainer.batches.position)
     mask = fresh.completion_mask.bool()
     with torch.no_grad():
         trained = trainer.passes.logprobs(fresh, slice(0, len(fresh)))

@@ -16,12 +16,15 @@ transformers engine, over one `vllm.LLM` in the training process (colocate).
   `Rollouts.sampler_logp`. They measure the mismatch and feed the optional importance
   correction (groupwise.algorithms.importance); with `rollout.logp_old: sampler` (top_p 1) they
   are logp_old itself, in place of the trainer's own pass (docs/algorithms.md §1).
-- Threads: the engine runs on this process's cores (groupwise.rollout.vllm_cpu, in process).
+- Threads: the engine runs on this process's cores (groupwise.rollout.vllm_cpu, in process);
+  `generate` may be called from another thread than the one that started the engine (sampling
+  ahead of learning: groupwise.train.batch_source).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -104,6 +107,7 @@ class VLLMGenerator:
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = saved
         self._trainable = [p for p in model.parameters() if p.requires_grad]
         self._versions = self._current_versions()
+        self._engine_thread = threading.get_ident()
         self.syncs, self.seconds_sync = 0, 0.0
 
     def _current_versions(self) -> list[int]:
@@ -128,9 +132,11 @@ class VLLMGenerator:
         n: int,
         sampling: SamplingParams,
         prompt_seeds: Sequence[int] | None = None,
+        sync: bool = True,
     ) -> Rollouts:
         """n completions of each prompt, group-major, as Rollouts with sampler_logp; prompt i's
-        from prompt_seeds[i] (else from sampling.seed and i)."""
+        from prompt_seeds[i] (else from sampling.seed and i). sync=False: with the weights the
+        engine holds (a caller that samples while the policy trains synced them before)."""
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -144,7 +150,12 @@ class VLLMGenerator:
         encoded = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
         if any(not ids for ids in encoded):
             raise ValueError("a prompt encodes to no tokens; a prompt needs at least one")
-        self.sync()
+        if threading.get_ident() != self._engine_thread:
+            # OpenMP's thread count is per thread, and vLLM's CPU attention requires the count
+            # its engine was set up with; vLLM stubs torch.set_num_threads out, not torch._C's
+            torch._C.set_num_threads(len(self.cpu_binding.cores))
+        if sync:
+            self.sync()
         params = [
             VLLMSamplingParams(
                 n=n,

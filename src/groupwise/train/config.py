@@ -186,6 +186,16 @@ class RolloutConfig:
         installed and the run is one process, else transformers; the run's config.yaml records
         the choice). The loss always uses the trainer's own log-probs.""",
     )
+    staleness: int = option(
+        0,
+        """How many updates the sampler may run ahead of learning: 0 (sample, then learn) | 1
+        (vllm only: the next step's batch is sampled, with the weights before this step's
+        update, while this step learns; logp_old is the trainer's own, and
+        rollout.importance_correction corrects for the update between; one process, no dynamic
+        sampling). docs/guides/train.md, "Sampling ahead of learning".""",
+        ge=0,
+        le=1,
+    )
     importance_correction: bool = option(
         False,
         """vllm only: weight each token's policy loss by the rollout correction of the ratio

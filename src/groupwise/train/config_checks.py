@@ -84,6 +84,25 @@ def check_question_split(questions: int, processes: int, minibatches: int) -> No
         )
 
 
+def check_staleness(rollout: RolloutConfig) -> None:
+    """rollout.staleness=1 samples in a background thread on the vllm engine: what it cannot
+    do with is refused (docs/guides/train.md, "Sampling ahead of learning")."""
+    if not rollout.staleness:
+        return
+    why = []
+    if rollout.engine == "transformers":
+        why.append("rollout.engine=vllm (the transformers engine samples from the policy itself)")
+    if rollout.dynamic_sampling:
+        why.append("rollout.dynamic_sampling=false (its draws depend on the step's own)")
+    if rollout.logp_old == "sampler":
+        why.append(
+            "rollout.logp_old=recompute (the sampler's log-probs are one update old: "
+            "the trainer's own pass gives logp_old)"
+        )
+    if why:
+        raise ConfigError(f"rollout.staleness={rollout.staleness} needs {' and '.join(why)}")
+
+
 def check_engine_options(rollout: RolloutConfig) -> None:
     """The options that belong to one engine; rollout.engine=auto is checked once preflight has
     resolved it."""
@@ -92,6 +111,7 @@ def check_engine_options(rollout: RolloutConfig) -> None:
             "rollout.importance_correction corrects for the vllm engine's sampler; it needs "
             "rollout.engine=vllm"
         )
+    check_staleness(rollout)
     if rollout.logp_old == "sampler":
         why = []
         if rollout.engine == "transformers":

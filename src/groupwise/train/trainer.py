@@ -2,16 +2,18 @@
 
 One step, top to bottom (`Trainer.train_step`):
 
-    questions -> rollout (the generator) -> score (reward columns, gathered in question order)
-              -> learn (train.learner: targets, then for each epoch and mini-batch one update)
-              -> metrics
+    batch (train.batch_source: questions -> rollout -> score; sampled ahead with
+           rollout.staleness=1)
+          -> learn (train.learner: targets, then for each epoch and mini-batch one update)
+          -> metrics
 
 The algorithm is what `AlgorithmOptions.build` made from the config (train.algorithm
 .build_algorithm); every formula lives in groupwise.algorithms. The rooms around this file:
-train/learner.py (targets and updates), train/step_targets.py (where targets come from),
-train/update.py (backward, all-reduce, clip, step), train/policy.py (loading the policy, its
-forward passes), train/step_metrics.py (what a step logs), train/checkpoint.py and
-train/run_folder.py (what survives a stop), train/heldout.py (held-out evaluation).
+train/batch_source.py (the sampler's side: rollouts and rewards), train/learner.py (targets
+and updates), train/step_targets.py (where targets come from), train/update.py (backward,
+all-reduce, clip, step), train/policy.py (loading the policy, its forward passes),
+train/step_metrics.py (what a step logs), train/checkpoint.py and train/run_folder.py (what
+survives a stop), train/heldout.py (held-out evaluation).
 
 Several processes (torchrun / accelerate launch; train.distributed): each samples and trains on
 its own whole questions of every mini-batch; rewards and targets are computed over the gathered
@@ -30,14 +32,13 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from groupwise.algorithms import ImportanceCorrection, kept_groups, soft_overlong_punishment
+from groupwise.algorithms import ImportanceCorrection
 from groupwise.data import MixPart, load_benchmark, load_mix, render_prompt
-from groupwise.errors import NonFiniteError
 from groupwise.models import save_merged
-from groupwise.rewards import RewardSuite, Scores
-from groupwise.rollout import Rollouts, SamplingParams
+from groupwise.rewards import RewardSuite
 from groupwise.train.algorithm import build_algorithm
-from groupwise.train.batch import Learned, ScoredBatch, concat_scores, take_scores, with_column
+from groupwise.train.batch import Learned, ScoredBatch
+from groupwise.train.batch_source import BatchSource
 from groupwise.train.checkpoint import (
     TRAINER_STATE,
     CheckpointError,
@@ -50,7 +51,6 @@ from groupwise.train.checkpoint import (
 )
 from groupwise.train.config import Config, RolloutConfig
 from groupwise.train.distributed import Distributed
-from groupwise.train.draws import Draw, assemble, choose_groups, warn_if_filled
 from groupwise.train.heldout import HeldoutEvaluation
 from groupwise.train.host_memory import keep_freed_memory
 from groupwise.train.learner import Learner, LearnSettings
@@ -114,10 +114,18 @@ class Trainer:
             timeout=cfg.reward.timeout,
             checking=cfg.reward.checking,
         )
+        self.batches = BatchSource(
+            cfg,
+            self.sampler,
+            self.generator,
+            self.tokenizer,
+            self.rewards,
+            self.dist,
+            self._divergence_hint,
+        )
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.learner = self._learner()
         self.step = 0
-        self.position = 0  # questions drawn so far: the data position
         resumed = self._resume() if resume else False
         self._logs(resume_step=self.step if resumed else None)
         self._stop_requested = False
@@ -222,11 +230,14 @@ class Trainer:
         with self._graceful_stop(), self._memory_session():
             if self.heldout is not None and self.step == 0:
                 self.heldout.at(0)
-            while not self._done() and not self._stop_requested:
-                record = self._logged_step()
-                bar.update(1)
-                bar.set_postfix(progress.postfix(record))
-            self._save_at_stop()
+            try:
+                while not self._done() and not self._stop_requested:
+                    record = self._logged_step()
+                    bar.update(1)
+                    bar.set_postfix(progress.postfix(record))
+                self._save_at_stop()
+            finally:
+                self.batches.close()
         bar.close()
         return self._finish()
 
@@ -235,6 +246,7 @@ class Trainer:
         record, samples = self.train_step()
         self.step += 1
         if self.heldout is not None:
+            self.batches.settle()  # the evaluation's generator is the sampler's
             record.update(self.heldout.at(self.step, last=self._done()))
         # A signal may reach one process only; all stop after the same step.
         self._stop_requested = self.dist.any(self._stop_requested)
@@ -247,11 +259,12 @@ class Trainer:
             self.memory.after_step(self.step)
         return record
 
-    def _done(self) -> bool:
-        """train.max_steps reached, or train.max_completions sampled."""
+    def _done(self, steps_after: int = 0) -> bool:
+        """train.max_steps reached, or train.max_completions sampled; steps_after=1: once the
+        step being taken is done."""
         budget = self.config.train.max_completions
-        sampled = self.position * self.config.rollout.group_size
-        return self.step >= self.config.train.max_steps or 0 < budget <= sampled
+        sampled = self.batches.position * self.config.rollout.group_size
+        return self.step + steps_after >= self.config.train.max_steps or 0 < budget <= sampled
 
     def _save_at_stop(self) -> None:
         """A checkpoint when a signal stopped the run early (the last step's is written)."""
@@ -283,113 +296,25 @@ class Trainer:
         Returns (metrics, samples): the step's metrics.jsonl line and its rollouts.jsonl line.
         """
         t_start = time.perf_counter()
-        problems, batch, cost, generation = self._sample()
+        sampled = self.batches.next()
+        if self.config.rollout.staleness and not self._done(steps_after=1):
+            self.batches.sample_ahead()  # with the weights before this step's update
         t_scored = time.perf_counter()
+        problems, batch = sampled.problems, sampled.batch
         learned = self.learn(batch)
+        generation = sampled.seconds_generation
         seconds = (t_start, t_start + generation, t_scored, time.perf_counter())
         tokens = int(self.dist.sum([int(batch.rollouts.completion_mask.sum())])[0])
         step = self.step + 1
-        epoch = self.sampler.epoch(self.position)
+        epoch = self.sampler.epoch(self.batches.position)
         metrics = step_metrics(step, epoch, len(problems), batch, learned, tokens, seconds)
-        metrics.update(cost)
+        metrics.update(sampled.cost)
         metrics.update(engine_record(self.generator), peak_memory_gib=peak_memory_gib())
         return metrics, step_samples(step, problems, batch, learned)
-
-    def _sample(self) -> tuple[list[Any], ScoredBatch, dict[str, int], float]:
-        """The step's problems and scored batch, what sampling them cost (completions_sampled;
-        with dynamic sampling also draws and groups kept and dropped: train.draws) and the
-        seconds spent generating. Dynamic sampling draws questions_per_step questions at a time
-        until every process has its share of kept groups, or rollout.max_draws draws were made
-        (docs/algorithms.md, "Dynamic sampling")."""
-        cfg = self.config.rollout
-        count, minibatches = cfg.questions_per_step, self.config.algorithm.minibatches
-        questions = self.dist.question_shard(count, minibatches)
-        slots = [
-            self.dist.question_shard(count, minibatches, rank)
-            for rank in range(self.dist.world_size)
-        ]
-        draws: list[Draw] = []
-        generation = 0.0
-        while True:
-            problems = self.sampler.questions(self.position)
-            started = time.perf_counter()
-            rollouts = self._rollout(problems, questions, self.position)
-            generation += time.perf_counter() - started
-            batch = self._score(problems, questions, rollouts)
-            self.position += count
-            if not cfg.dynamic_sampling:
-                return problems, batch, {"completions_sampled": len(batch.texts)}, generation
-            draws.append(Draw(problems, batch, self._keep(batch)))
-            chosen = choose_groups(draws, slots, fill=len(draws) == cfg.max_draws)
-            if chosen:
-                step = assemble(draws, chosen, questions)
-                warn_if_filled(step.metrics, cfg.max_draws)
-                return step.problems, step.batch, step.metrics, generation
-
-    def _keep(self, batch: ScoredBatch) -> torch.Tensor:
-        """[Q] bool: the draw's groups that dynamic sampling keeps (groupwise.algorithms
-        .kept_groups on rollout.filter_metric)."""
-        return kept_groups(
-            batch.scores.correct,
-            batch.scores.total,
-            self.config.rollout.group_size,
-            metric=self.config.rollout.filter_metric,
-            lens_mode=self.config.algorithm.lens_mode,
-        )
 
     def learn(self, batch: ScoredBatch) -> Learned:
         """The batch's targets and updates (train.learner.Learner.learn)."""
         return self.learner.learn(batch, self.step)
-
-    def _rollout(self, problems: list[Any], questions: list[int], position: int) -> Rollouts:
-        """This process's completions: group_size of each of its questions, in that order;
-        position: the data position of problems[0]."""
-        cfg = self.config
-        prompts = [render_prompt(problems[q], cfg.data.prompt, self.tokenizer) for q in questions]
-        sampling = SamplingParams(  # the same settings whichever engine samples
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-        )
-        # One random stream per question, keyed by its data position: the same samples
-        # whichever process draws them.
-        seeds = [cfg.train.seed * 1_000_003 + position + q for q in questions]
-        try:
-            return self.generator.generate(
-                prompts, cfg.rollout.group_size, sampling, prompt_seeds=seeds
-            )
-        except NonFiniteError as err:
-            raise err.at_step(self.step + 1, self._divergence_hint()) from None
-
-    def _score(self, problems: list[Any], questions: list[int], rollouts: Rollouts) -> ScoredBatch:
-        """Rewards of this process's completions, then the whole batch's, in question order."""
-        group_size = self.config.rollout.group_size
-        golds = [problems[q].answer for q in questions for _ in range(group_size)]
-        scores = self.rewards.score(rollouts.texts, golds)
-        if self.config.reward.overlong_buffer:
-            scores = self._with_overlong(scores, rollouts)
-        offsets = torch.arange(group_size)
-        rows = (torch.tensor(questions).unsqueeze(1) * group_size + offsets).reshape(-1)
-        parts = self.dist.gather((rows, scores, rollouts.texts, rollouts.truncated))
-        order = torch.argsort(torch.cat([part[0] for part in parts]))
-        texts = [text for part in parts for text in part[2]]
-        return ScoredBatch(
-            rollouts=rollouts,
-            rows=rows,
-            scores=take_scores(concat_scores([part[1] for part in parts]), order),
-            texts=[texts[i] for i in order.tolist()],
-            truncated=torch.cat([part[3] for part in parts])[order],
-        )
-
-    def _with_overlong(self, scores: Scores, rollouts: Rollouts) -> Scores:
-        """The reward column "overlong": DAPO's soft overlong punishment of each completion's
-        length, weighted by reward.overlong_penalty (docs/algorithms.md, "Overlong
-        completions")."""
-        reward = self.config.reward
-        punishment = soft_overlong_punishment(
-            rollouts.completion_lengths, self.config.rollout.max_new_tokens, reward.overlong_buffer
-        )
-        return with_column(scores, "overlong", punishment, reward.overlong_penalty)
 
     def _divergence_hint(self) -> str:
         return (
@@ -407,7 +332,8 @@ class Trainer:
             "scheduler": self.updater.scheduler.state_dict(),
             "lambda_reg": self.lambda_reg.state_dict() if self.lambda_reg is not None else None,
             "rng": rng_state(),
-            "data_position": self.position,
+            "data_position": self.batches.position,
+            "ahead": self.batches.ahead_state(),
         }
 
     def save(self) -> Path | None:
@@ -442,7 +368,8 @@ class Trainer:
                 self.lambda_reg.load_state_dict(state["lambda_reg"])
             set_rng_state(state["rng"])
             self.step = int(state["step"])
-            self.position = int(state["data_position"])
+            self.batches.position, self.batches.step = int(state["data_position"]), self.step
+            self.batches.load_ahead_state(state.get("ahead"))
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as error:
             raise CheckpointError(
                 f"{checkpoint / TRAINER_STATE}: does not fit this run "
