@@ -49,13 +49,13 @@ class _OneProcess:
         return tensor
 
 
-def _trainer(tmp_path, **config) -> GRPOTrainer:
+def _trainer(tmp_path, cls=GRPOTrainer, config_cls=GRPOConfig, **config) -> GRPOTrainer:
     """A GRPOTrainer holding what _compute_loss reads (TRL's __init__ sets the same attributes
     from the same config), without a model."""
-    args = GRPOConfig(
+    args = config_cls(
         output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False, **config
     )
-    trainer = GRPOTrainer.__new__(GRPOTrainer)
+    trainer = cls.__new__(cls)
     trainer.args, trainer.accelerator = args, _OneProcess()
     trainer.model = SimpleNamespace(training=True)
     trainer.loss_type, trainer.beta = args.loss_type, args.beta
@@ -88,7 +88,8 @@ def _batch(seed: int = 0):
 
 def _trl_loss(trainer: GRPOTrainer, logp, old, entropy, adv, mask):
     """TRL's _compute_loss on these tensors (its forward pass replaced by them)."""
-    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logp, entropy, None)
+    if type(trainer) is GRPOTrainer:
+        trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logp, entropy, None)
     inputs = {
         "prompt_ids": torch.zeros(4, 1, dtype=torch.long),
         "prompt_mask": torch.ones(4, 1, dtype=torch.long),
@@ -216,3 +217,36 @@ def test_groupwise_config_reads_trls_own_options(tmp_path) -> None:
     assert options.advantage == "reinforce_plus_plus_baseline"
     plain = GroupwiseGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])
     assert plain.algorithm_options().policy_loss == "clip"
+
+
+def test_gmpo_through_the_core_in_groupwise_trainer(tmp_path, monkeypatch) -> None:
+    # GroupwiseGRPOTrainer(gmpo=True): TRL's "grpo" loss with its clipped surrogate replaced
+    # by groupwise's GMPO; TRL's own entropy bonus stays
+    from groupwise.integrations.trl import GroupwiseGRPOConfig, GroupwiseGRPOTrainer
+
+    logp, old, entropy, adv, mask = _batch(5)
+    monkeypatch.setattr(
+        GRPOTrainer, "_get_per_token_logps_and_entropies", lambda *a, **k: (logp, entropy, None)
+    )
+    trainer = _trainer(
+        tmp_path,
+        cls=GroupwiseGRPOTrainer,
+        config_cls=GroupwiseGRPOConfig,
+        loss_type="grpo",
+        gmpo=True,
+        gmpo_epsilon_low=0.2,
+        gmpo_epsilon_high=0.3,
+        entropy_coef=0.02,
+    )
+    trainer._gmpo, trainer._loss_pass, trainer._generation = True, None, None
+    trainer._surrogate = trainer.args.algorithm_options().surrogate_params()
+    theirs = _trl_loss(trainer, logp, old, entropy, adv, mask)
+    surrogate = SurrogateParams(gmpo_eps_low=0.2, gmpo_eps_high=0.3)
+    settings = LossSettings(policy_loss="gmpo", surrogate=surrogate)
+    terms = loss_terms(logp, mask, adv, settings, old_logp=old, entropy=entropy)
+    # TRL's bonus: the token mean of the micro-batch
+    token_mean = (entropy * mask).sum() / mask.sum()
+    ours = terms.policy - 0.02 * token_mean
+    _compare(ours, theirs, (logp, entropy))
+    with pytest.raises(ValueError, match="gmpo=True needs loss_type='grpo'"):
+        GroupwiseGRPOConfig(output_dir=str(tmp_path), use_cpu=True, gmpo=True)

@@ -239,7 +239,7 @@ def test_every_shared_option_has_its_trl_name_and_default() -> None:
         assert config_fields[trl_name].default == option_fields()[name].default, name
         assert option_fields()[name].metadata["doc"] in config_fields[trl_name].metadata["help"]
     prefixed = [t for n, t in TRL_NAMES.items() if n not in ("advantage", "amir")]
-    assert all(t.startswith(("amir_", "lens_")) for t in prefixed)
+    assert all(t.startswith(("amir_", "lens_", "gmpo_")) for t in prefixed)
     args = GroupwiseGRPOConfig(
         output_dir="x",
         use_cpu=True,

@@ -6,7 +6,8 @@ options share its prefix, as TRL's `vllm_*` and `sapo_*` do (TRL_NAMES). Their h
 from AlgorithmOptions, plus what differs inside TRL (TRL_NOTES); validation goes through
 AlgorithmOptions.check, naming the TRL option. The formulas are in docs/algorithms.md. Where
 TRL has an option of its own (CISPO and SAPO as loss_type, the entropy controls), that option is
-the one, and TRL's code runs it (TRL_NATIVE); what TRL cannot do is listed in NOT_IN_TRL.
+the one, and TRL's code runs it (TRL_NATIVE); GMPO, which TRL lacks, runs through groupwise's
+core (`gmpo`, `gmpo_epsilon_*`); what TRL cannot do is listed in NOT_IN_TRL.
 
 Renamed from the first release (flat names): advantage -> advantage_estimator, beta_dpo ->
 amir_beta, margin -> amir_margin, pair_mode -> amir_pair_mode, max_pairs_per_group ->
@@ -43,6 +44,8 @@ TRL_NAMES = {
     "lambda_min": "amir_lambda_min",
     "lambda_max": "amir_lambda_max",
     "lambda_measure": "amir_lambda_measure",
+    "gmpo_eps_low": "gmpo_epsilon_low",
+    "gmpo_eps_high": "gmpo_epsilon_high",
 }
 """groupwise's algorithm option -> its GroupwiseGRPOConfig name. Not exposed: lambda_every (it
 paces lambda_measure="grad", which TRL's training step cannot make: see amir_lambda_measure)."""
@@ -68,8 +71,6 @@ surrogate. CISPO's ceiling: TRL's epsilon_high is the absolute bound 1 + cispo_e
 
 NOT_IN_TRL = {
     "cispo_eps_low": "TRL's CISPO clips the IS weight above only",
-    "gmpo_eps_low": "TRL has no GMPO loss (groupwise train and verl's geo_mean have it)",
-    "gmpo_eps_high": "TRL has no GMPO loss (groupwise train and verl's geo_mean have it)",
     "log_entropy": "TRL logs the entropy metric always",
 }
 """groupwise's algorithm options TRL has no place for, and why (lambda_every: TRL_NAMES)."""
@@ -174,6 +175,19 @@ class GroupwiseGRPOConfig(GRPOConfig):
     amir_lambda_min: float = _option("lambda_min")
     amir_lambda_max: float = _option("lambda_max")
     amir_lambda_measure: str = _option("lambda_measure", choices=list(LAMBDA_MEASURES))
+    gmpo: bool = field(
+        default=False,
+        metadata={
+            "help": 'GMPO (docs/algorithms.md, "GMPO"), which TRL does not have, through '
+            "groupwise's algorithm core: TRL's loss runs with loss_type='grpo' and its clipped "
+            "surrogate is replaced by the geometric mean of the token ratios, clipped in log "
+            "space to [-gmpo_epsilon_low, gmpo_epsilon_high]. Needs loss_type='grpo', "
+            "importance_sampling_level='token', no vLLM importance-sampling correction, no "
+            "off-policy mask, delta None and top_entropy_quantile 1."
+        },
+    )
+    gmpo_epsilon_low: float = _option("gmpo_eps_low")
+    gmpo_epsilon_high: float = _option("gmpo_eps_high")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -203,6 +217,7 @@ class GroupwiseGRPOConfig(GRPOConfig):
                 "their own std (docs/algorithms.md §3): it needs scale_rewards='group', got "
                 f"{self.scale_rewards!r}"
             )
+        self._check_gmpo()
         if self.dynamic_sampling:
             raise ValueError(
                 "dynamic_sampling=True is not available with TRL: GRPOTrainer generates and "
@@ -216,11 +231,33 @@ class GroupwiseGRPOConfig(GRPOConfig):
                 "measured; it is not supported with amir or a non-'grpo' advantage_estimator"
             )
 
+    def _check_gmpo(self) -> None:
+        """gmpo=True replaces TRL's "grpo" clipped surrogate term by term: one line naming the
+        first TRL option whose term would not be that surrogate."""
+        if not self.gmpo:
+            return
+        conflicts = [
+            ("loss_type", self.loss_type != "grpo", "'grpo' (GMPO's mean over completions)"),
+            ("importance_sampling_level", self.importance_sampling_level != "token", "'token'"),
+            (
+                "use_vllm",
+                self.use_vllm and self.vllm_importance_sampling_correction,
+                "False or vllm_importance_sampling_correction=False",
+            ),
+            ("off_policy_mask_threshold", self.off_policy_mask_threshold is not None, "None"),
+            ("delta", self.delta is not None, "None"),
+        ]
+        for name, conflict, wanted in conflicts:
+            if conflict:
+                raise ValueError(f"gmpo=True needs {name}={wanted}, got {getattr(self, name)!r}")
+
     def algorithm_options(self) -> AlgorithmOptions:
         """These options as groupwise's AlgorithmOptions (docs/algorithms.md §1-3), TRL's own
         options of the same meaning included (TRL_NATIVE)."""
         native = {name: getattr(self, trl) for name, trl in TRL_NATIVE.items()}
         native["policy_loss"] = self.loss_type if self.loss_type in ("cispo", "sapo") else "clip"
+        if self.gmpo:
+            native["policy_loss"] = "gmpo"
         if self.loss_type == "cispo" and self.epsilon_high is not None:
             native["cispo_eps_high"] = self.epsilon_high - 1.0
         else:
@@ -237,7 +274,7 @@ def _docstring() -> str:
     ]
     by_trl = {trl: name for name, trl in TRL_NAMES.items()}
     for spec in GroupwiseGRPOConfig.__dataclass_fields__.values():
-        if spec.name in by_trl or spec.name.startswith("correctness_"):
+        if spec.name in by_trl or spec.name.startswith("correctness_") or spec.name == "gmpo":
             kind = type(spec.default).__name__ if spec.default is not None else "str or None"
             lines.append(f"    {spec.name} (`{kind}`, *optional*, defaults to `{spec.default!r}`):")
             lines.append(f"        {spec.metadata['help']}")

@@ -22,6 +22,10 @@ PEFT, its loggers) comes unchanged: the subclass overrides only these GRPOTraine
   and averages over processes add up to lambda * grad L_pref of the generation batch (per
   optimizer step, when a generation batch spans several). The term's value is kept at 0 (its
   gradient is the point), so TRL's logged `loss` stays TRL's GRPO loss.
+  With `gmpo=True` TRL's "grpo" loss has its clipped surrogate replaced by groupwise's GMPO
+  term (groupwise.algorithms.policy_loss, "gmpo"): TRL's loss - the clipped surrogate + GMPO,
+  both aggregated as TRL's "grpo" and divided by the accumulation steps as TRL divides, so
+  that TRL's KL and entropy terms stay TRL's (docs/algorithms.md, "GMPO").
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: lambda_reg travels with checkpoints.
 With vLLM colocated on a CPU (vLLM's CPU build) the weight sync goes through vLLM's in-place
 reload, which TRL's own call cannot do there (vllm_cpu.py).
@@ -74,6 +78,7 @@ from groupwise.algorithms import (
     GroupTargets,
     RewardFacts,
     get_advantage_estimator,
+    policy_loss,
     preference_surrogate,
     sequence_mean_logp,
 )
@@ -217,6 +222,9 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
             self._check_correctness_function()
         self.lambda_reg = self.algorithm.lambda_reg
         self._needs_rollout_logp = self.uses_groupwise and self.algorithm.needs_rollout_logp
+        # GMPO through the core (TRL has none): its term replaces TRL's clipped surrogate
+        self._gmpo = args.gmpo
+        self._surrogate = options.surrogate_params(self.epsilon_low, self.epsilon_high)
 
     def _reward_facts(self) -> RewardFacts:
         """The reward functions' ranges, where known (groupwise's reward_functions declare
@@ -454,20 +462,11 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         self._generation = replace(record, waiting=False, pref_loss=pref_loss)
 
     def _compute_loss(self, model, inputs):
-        if ROWS_KEY not in inputs or not self.model.training:
+        if not self.model.training or (ROWS_KEY not in inputs and not self._gmpo):
             return super()._compute_loss(model, inputs)
-        self._loss_pass = _LossPass(inputs)
-        try:
-            loss = super()._compute_loss(model, inputs)
-            logps = self._loss_pass.logps
-        finally:
-            self._loss_pass = None
-        captured = logps is not None and logps.shape == inputs["completion_ids"].shape
-        if self._generation.waiting or not captured:
-            raise RuntimeError(
-                "GroupwiseGRPOTrainer could not capture the policy's log-probs of the loss from "
-                "_get_per_token_logps_and_entropies (TRL's _compute_loss changed?)"
-            )
+        loss, logps = self._trl_loss(model, inputs)
+        if self._gmpo:
+            loss = loss + self._gmpo_in_place_of_clip(logps, inputs)
         if COEFFICIENTS_KEY not in inputs:
             return loss
         accumulation = self.current_gradient_accumulation_steps
@@ -487,6 +486,45 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         if self.accelerator.sync_gradients:
             self._metrics["train"]["amir/lambda"].append(self.lambda_reg.value)
         return loss
+
+    def _trl_loss(self, model, inputs) -> tuple[Tensor, Tensor]:
+        """TRL's loss of the micro-batch and the policy's per-token log-probs [b, T] (with
+        gradient) of its forward pass, kept by `_get_per_token_logps_and_entropies`."""
+        self._loss_pass = _LossPass(inputs)
+        try:
+            loss = super()._compute_loss(model, inputs)
+            logps = self._loss_pass.logps
+        finally:
+            self._loss_pass = None
+        captured = logps is not None and logps.shape == inputs["completion_ids"].shape
+        waiting = self._generation is not None and self._generation.waiting
+        if waiting or not captured:
+            raise RuntimeError(
+                "GroupwiseGRPOTrainer could not capture the policy's log-probs of the loss from "
+                "_get_per_token_logps_and_entropies (TRL's _compute_loss changed?)"
+            )
+        return loss, logps
+
+    def _gmpo_in_place_of_clip(self, logps: Tensor, inputs: dict[str, Any]) -> Tensor:
+        """GMPO's loss minus the clipped surrogate TRL's "grpo" loss holds (both aggregated as
+        TRL's "grpo", divided by the accumulation steps as TRL divides), to add to TRL's loss
+        (docs/algorithms.md, "GMPO")."""
+        old = inputs.get("old_per_token_logps")
+        mask, advantages = loss_mask(inputs), inputs["advantages"]
+        terms = {
+            name: policy_loss(
+                logps,
+                old,
+                advantages,
+                mask,
+                eps_low=self.epsilon_low,
+                eps_high=self.epsilon_high,
+                surrogate=name,
+                params=self._surrogate,
+            )[0]
+            for name in ("clip", "gmpo")
+        }
+        return (terms["gmpo"] - terms["clip"]) / self.current_gradient_accumulation_steps
 
     def _observe_losses(self, loss: Tensor, accumulation: int, pref_loss: float) -> None:
         """The official lambda rule, once per generation batch (docs/algorithms.md §2): L_GRPO is
