@@ -292,9 +292,9 @@
   function renderRun(root) {
     const s = META.settings || {};
     const method = s.advantage ? (s.amir ? "AMIR-GRPO + " : "") + s.advantage.toUpperCase() : "run";
-    document.querySelector("header").replaceChildren(h("h1", {}, META.name),
+    document.querySelector("header").replaceChildren(h("h1", { title: META.path }, META.name),
       h("span", { class: "meta" }, method + (s.model ? " · " + s.model : "") +
-        (s.group_size ? " · G = " + s.group_size : "") + " · " + META.path));
+        (s.group_size ? " · G = " + s.group_size : "")));
     let step = Number(state.step);
     if (!groupSteps.includes(step)) step = groupSteps[0];
     const side = h("nav", { class: "side" });
