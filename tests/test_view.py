@@ -15,6 +15,7 @@ import pytest
 from groupwise.cli import main
 from groupwise.view.page import render_page
 from groupwise.view.records import choose_steps, compare, folder_kind, read_eval, read_run
+from groupwise.view.verl_dumps import read_verl_dumps
 
 
 def _rollout_line(step: int, texts: list[str], correct: list[bool]) -> dict:
@@ -141,3 +142,29 @@ def test_the_command_writes_a_page_and_names_bad_input(
     assert main(["view", str(run), "--output", str(page)]) == 2
     assert f"{run / 'rollouts.jsonl'}:1: not valid JSON" in capsys.readouterr().err
     assert folder_kind(make_eval(tmp_path / "eval", {"a": 1})) == "eval"
+
+
+def test_verl_rollout_dumps_read_as_a_run(tmp_path: Path) -> None:
+    """verl's trainer.rollout_data_dir/N.jsonl, as its _write_generations writes them (rows of a
+    group need not be next to each other: balance_batch reorders the batch)."""
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    for step in (1, 2):
+        rows = [
+            {"input": f"user: {q}?", "output": f"answer {q}{i}", "gts": q, "score": float(ok),
+             "step": step, "acc": bool(ok), "request_id": f"r{q}{i}", "pred": "x"}
+            for q, i, ok in [("a", 0, 1), ("b", 0, 0), ("a", 1, 0), ("b", 1, 0)]
+        ]  # fmt: skip
+        (dumps / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = tmp_path / "verl.html"
+    assert main(["view", str(dumps), "--output", str(page)]) == 0
+    text = page.read_text()
+    groups = json.loads(re.search(r'id="gw-step-2">(.*?)</script>', text).group(1))
+    assert [g["q"] for g in groups] == ["user: a?", "user: b?"]
+    assert groups[0]["t"] == ["answer a0", "answer a1"] and groups[0]["ok"] == [1, 0]
+    assert groups[0]["gold"] == "a" and groups[0]["rw"] == [1.0, 0.0] and "adv" not in groups[0]
+    meta = json.loads(re.search(r'id="gw-meta">(.*?)</script>', text).group(1))
+    assert meta["steps"][0] == {"step": 1, "acc": 0.25, "wrong": 0.5, "right": 0.0, "mixed": 0.5}
+    (dumps / "3.jsonl").write_text('{"output": "no input"}\n')
+    with pytest.raises(ValueError, match=r"3.jsonl:1: not a verl rollout line"):
+        read_verl_dumps(dumps, None, 50)

@@ -7,6 +7,7 @@ the other does not first (docs/guides/view.md).
     groupwise view runs/eval-base runs/eval-trained --output learned.html
     groupwise view runs/long --max-steps 20 --output long.html     # 20 evenly spaced steps
     groupwise view runs/long --steps 1,500,1000 --output three.html
+    groupwise view verl_rollouts/ --output verl.html    # trainer.rollout_data_dir's N.jsonl
 """
 
 from __future__ import annotations
@@ -18,12 +19,18 @@ from typing import Any
 
 from groupwise.view.page import render_page
 from groupwise.view.records import compare, folder_kind, read_eval, read_run
+from groupwise.view.verl_dumps import read_verl_dumps
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`groupwise view`'s arguments."""
     parser.description = __doc__.splitlines()[0]
-    parser.add_argument("folder", type=Path, metavar="FOLDER", help="a run or evaluation folder")
+    parser.add_argument(
+        "folder",
+        type=Path,
+        metavar="FOLDER",
+        help="a run folder, an evaluation folder or verl's trainer.rollout_data_dir",
+    )
     parser.add_argument(
         "second",
         type=Path,
@@ -56,8 +63,11 @@ def _steps(text: str) -> list[int]:
 
 def read_folder(folder: Path, steps: list[int] | None, max_steps: int) -> dict[str, Any]:
     """A folder's page model (a run's or an evaluation's); a ValueError for anything else."""
-    if folder_kind(folder) == "run":
+    kind = folder_kind(folder)
+    if kind == "run":
         return read_run(folder, steps, max_steps)
+    if kind == "verl":
+        return read_verl_dumps(folder, steps, max_steps)
     return read_eval(folder)
 
 

@@ -138,7 +138,8 @@
     const s = stepRow[step] || {};
     const parts = [h("b", {}, "step " + step), " · accuracy " + pct(s.acc),
       " · groups mixed / all-correct / all-wrong " + pct(s.mixed) + " / " + pct(s.right) + " / " +
-      pct(s.wrong), " · pairs " + num(s.pairs, 0), " · cut " + pct(s.cut)];
+      pct(s.wrong), s.pairs !== undefined ? " · pairs " + num(s.pairs, 0) : "",
+      s.cut !== undefined ? " · cut " + pct(s.cut) : ""];
     if (s.kept !== undefined) {
       parts.push(" · dynamic sampling: kept " + s.kept + ", dropped all-correct " + s.drop_right +
         " / all-wrong " + s.drop_wrong + " / mixed " + s.drop_mixed + ", filled " + s.filled);
@@ -200,7 +201,7 @@
     for (const key of Object.keys(g)) {
       if (key.startsWith("col:")) cols.push([key.slice(4), (i) => num(g[key][i]), "reward column " + key.slice(4)]);
     }
-    cols.push(["advantage", (i) => signed(g.adv[i]), "the completion's advantage"]);
+    if (g.adv) cols.push(["advantage", (i) => signed(g.adv[i]), "the completion's advantage"]);
     if (g.rt) cols.push(["LENS rt", (i) => (g.rt[i] === null ? "" : num(g.rt[i], 4)), "LENS's calibrated correctness of a wrong answer"]);
     if (g.pd) cols.push(["p / D(q)", (i) => (g.pd[i] === null ? "" : num(g.pd[i])), "the confidence p̄ of a wrong answer relative to the group's D(q) (at most 1/2)"]);
     if (g.conf) cols.push(["sampler p̄", (i) => num(g.conf[i]), "exp of the sampler's mean token log-prob"]);
@@ -291,7 +292,7 @@
   }
   function renderRun(root) {
     const s = META.settings || {};
-    const method = s.advantage ? (s.amir ? "AMIR-GRPO + " : "") + s.advantage.toUpperCase() : "run";
+    const method = s.source || (s.advantage ? (s.amir ? "AMIR-GRPO + " : "") + s.advantage.toUpperCase() : "run");
     document.querySelector("header").replaceChildren(h("h1", { title: META.path }, META.name),
       h("span", { class: "meta" }, method + (s.model ? " · " + s.model : "") +
         (s.group_size ? " · G = " + s.group_size : "")));

@@ -15,6 +15,7 @@ Bad input is a ValueError naming the file (and line).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -54,18 +55,24 @@ STEP_KEYS = {
 """metrics.jsonl key -> the page's key, for the steps list."""
 
 
+DUMP_NAME = re.compile(r"^\d+\.jsonl$")
+"""verl's rollout dump of a step (trainer.rollout_data_dir/N.jsonl)."""
+
+
 def folder_kind(folder: Path) -> str:
-    """ "run" (rollouts.jsonl or metrics.jsonl), "eval" (samples.jsonl) or a ValueError saying
-    what the folder lacks."""
+    """ "run" (rollouts.jsonl or metrics.jsonl), "eval" (samples.jsonl), "verl" (verl's rollout
+    dumps, N.jsonl) or a ValueError saying what the folder lacks."""
     if not folder.is_dir():
         raise ValueError(f"{folder}: not a folder")
     if (folder / ROLLOUTS_FILE).is_file() or (folder / METRICS_FILE).is_file():
         return "run"
     if (folder / SAMPLES_FILE).is_file():
         return "eval"
+    if any(DUMP_NAME.match(path.name) for path in folder.iterdir()):
+        return "verl"
     raise ValueError(
-        f"{folder}: neither a training run (no {ROLLOUTS_FILE} or {METRICS_FILE}) nor an "
-        f"evaluation folder (no {SAMPLES_FILE})"
+        f"{folder}: neither a training run (no {ROLLOUTS_FILE} or {METRICS_FILE}), an "
+        f"evaluation folder (no {SAMPLES_FILE}) nor verl's rollout dumps (no N.jsonl)"
     )
 
 
