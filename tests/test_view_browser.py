@@ -20,6 +20,7 @@ import pytest
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARITH = "arith:test@level=mid@size=2000@seed=1"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def chromium(profile: Path, url: str, *args: str) -> tuple[str, str]:
@@ -48,7 +49,10 @@ def chromium(profile: Path, url: str, *args: str) -> tuple[str, str]:
 
 
 def groupwise(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "groupwise", *args], check=True, capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "groupwise", *args], cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"groupwise {' '.join(args)}:\n{done.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")
