@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Headless Chromium for the page tests of `groupwise view` (tests/test_view_browser.py): the
 # Debian package `chromium`, installed only where no chromium is on PATH. scripts/test.sh runs
-# this in the background of the vLLM lane, which waits for it before the page tests.
+# this in the background of the verl lane, which waits for it before the page tests.
 # Measured on this machine (2 cores, Debian 12, 2026-12-07): apt-get update and the install from
 # an empty apt cache took 12 s (apt-get update included); a no-op once installed.
 set -euo pipefail

@@ -22,13 +22,21 @@ export OMP_WAIT_POLICY=PASSIVE
 logs=$(mktemp -d)
 trap 'jobs -p | xargs -r kill 2>/dev/null; rm -rf "$logs"' EXIT
 bash scripts/setup.sh && bash scripts/setup_vllm.sh && bash scripts/setup_verl.sh || exit 1
+# The verl lane ends last but the .venv one (measured 2026-12-07: 1375 s against 1719 s), so
+# it also runs the page tests of `groupwise view` in headless Chromium
+# (tests/test_view_browser.py, about 50 s, in .venv), installed meanwhile in its background
+# where missing (scripts/setup_browser.sh).
 verl_suite() {
+    bash scripts/setup_browser.sh > "$logs/browser" 2>&1 &
+    local browser_pid=$!
     .venv-verl/bin/python -m pytest -q tests/test_verl_*.py tests/test_checking.py \
             tests/test_models.py::test_smollm2_conversion_and_cache "$@" &&
         .venv-verl/bin/python -c 'import sys, verl; assert "groupwise.integrations.verl.plugin" in sys.modules, "verl did not load the groupwise plugin"' &&
         (cd .venv-verl/verl-src && ../bin/python -m pytest -q -p no:cacheprovider \
             tests/trainer/ppo/test_core_algos_on_cpu.py tests/trainer/ppo/test_loss_aggregation_on_cpu.py \
-            tests/trainer/ppo/test_dynamic_policy_losses_on_cpu.py tests/test_protocol_on_cpu.py)
+            tests/trainer/ppo/test_dynamic_policy_losses_on_cpu.py tests/test_protocol_on_cpu.py) &&
+        { wait $browser_pid || { cat "$logs/browser"; false; }; } &&
+        .venv/bin/python -m pytest -q tests/test_view_browser.py "$@"
 }
 verl_suite "$@" > "$logs/verl" 2>&1 &
 verl_pid=$!
@@ -37,14 +45,8 @@ verl_pid=$!
 # runs after the vLLM tests, in their lane, which ends well before the .venv part
 # The lanes share 24 GiB: the vLLM engines' KV caches take 1 GiB each (the default 2 GiB each
 # once brought the machine to 96 % beside a TRL run and a verl run, and Ray killed the latter)
-# Then the page tests of `groupwise view` in headless Chromium (tests/test_view_browser.py,
-# about 50 s), installed meanwhile in the background of this lane (scripts/setup_browser.sh).
-(bash scripts/setup_browser.sh > "$logs/browser" 2>&1 &
-    browser_pid=$!
-    VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm "$@" &&
-    .venv/bin/python -m pytest -q tests/test_quickstart.py "$@" &&
-    { wait $browser_pid || { cat "$logs/browser"; false; }; } &&
-    .venv/bin/python -m pytest -q tests/test_view_browser.py "$@") > "$logs/vllm" 2>&1 &
+(VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm "$@" &&
+    .venv/bin/python -m pytest -q tests/test_quickstart.py "$@") > "$logs/vllm" 2>&1 &
 vllm_pid=$!
 # tests/test_verl_*.py import verl to collect: only .venv-verl has it (tests/conftest.py)
 .venv/bin/python -m pytest -q -m "not vllm" --ignore tests/test_quickstart.py \
@@ -52,11 +54,11 @@ vllm_pid=$!
 main_status=$?
 wait $vllm_pid
 vllm_status=$?
-echo "--- .venv-vllm: the vLLM tests, then the main command's and the page tests in .venv (exit $vllm_status)"
+echo "--- .venv-vllm: the vLLM tests, then the main command's test in .venv (exit $vllm_status)"
 cat "$logs/vllm"
 wait $verl_pid
 verl_status=$?
-echo "--- .venv-verl: verl tests, answer checking, verl's own CPU tests (exit $verl_status)"
+echo "--- .venv-verl: verl tests, answer checking, verl's own CPU tests, then the page tests in .venv (exit $verl_status)"
 cat "$logs/verl"
 for status in $main_status $vllm_status $verl_status; do
     [ "$status" -eq 0 ] || exit "$status"

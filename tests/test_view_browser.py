@@ -1,5 +1,5 @@
 """groupwise view in a real browser: headless Chromium (the Debian package; scripts/
-setup_browser.sh installs it, scripts/test.sh runs this file in the vLLM lane) loads each page
+setup_browser.sh installs it, scripts/test.sh runs this file in the verl lane) loads each page
 from disk, and the tests read the page it rendered (--dump-dom) and its console (--enable-logging):
 a real 2-step AMIR-GRPO + LENS run's step 1 completions and pair links, a step chosen and a
 filter applied through the URL hash, an evaluation's first problem, two evaluations side by side,
