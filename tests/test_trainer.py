@@ -42,6 +42,7 @@ TIMING = {
     "seconds_old_policy",
     "seconds_step",
     "tokens_per_second",
+    "peak_memory_gib",  # the process's peak so far: a later run in the same process reads higher
 }
 
 
