@@ -177,6 +177,7 @@
       const cls = ["vrow", has.has(s.step) ? "has" : "", s.step === current ? "sel" : "",
         hits.has(s.step) ? "hit" : ""].join(" ");
       return h("div", { class: cls, "data-step": s.step,
+        title: has.has(s.step) ? null : "its groups are not in this page: groupwise view --steps " + s.step,
         onclick: has.has(s.step) ? () => setState({ step: s.step, page: "" }) : null },
         h("span", { class: "n" }, s.step), h("span", {}, "acc " + pct(s.acc)), sharesBar(s),
         h("span", {}, s.pairs !== undefined ? num(s.pairs, 0) + " pairs" : ""));
