@@ -72,6 +72,28 @@ METHODS: dict[str, Method] = {
     ),
 }
 
+# The GRPO family as the peers ship it (docs/algorithms.md, "Policy losses: CISPO, GMPO, SAPO",
+# "REINFORCE++-baseline", "Entropy controls"), each one change from GRPO.
+FAMILY: dict[str, Method] = {
+    "cispo": Method("CISPO", ("algorithm.policy_loss=cispo",), "clipped IS weight x A log pi"),
+    "gmpo": Method("GMPO", ("algorithm.policy_loss=gmpo",), "geometric mean of token ratios"),
+    "sapo": Method("SAPO", ("algorithm.policy_loss=sapo",), "soft sigmoid gate for the clip"),
+    "rpp_baseline": Method(
+        "REINFORCE++-baseline",
+        ("algorithm.advantage=reinforce_plus_plus_baseline",),
+        "group-mean baseline, whitened over the batch's tokens",
+    ),
+    "entropy_bonus": Method(
+        "GRPO + entropy bonus", ("algorithm.entropy_coef=0.001",), "fixed coefficient 0.001"
+    ),
+    "top_entropy": Method(
+        "GRPO top-20% entropy",
+        ("algorithm.top_entropy_quantile=0.2",),
+        "the policy loss on the 20 % highest-entropy tokens",
+    ),
+}
+METHODS.update(FAMILY)
+
 REFERENCE = "grpo"
 
 BASE = "base"
@@ -93,6 +115,7 @@ STEP_KEYS = (
     "grad_norm",
     "lambda",
     "pairs_per_group",
+    "entropy",
 )
 
 
@@ -218,6 +241,25 @@ PRESETS: dict[str, BenchSettings] = {
         max_new_tokens=96,
         model="arith-base",
     ),
+    # The family against GRPO at the quick preset's size, 40 steps: what 5 seeds cost in about
+    # an hour on 2 cores.
+    "family": BenchSettings(
+        levels={"mid": ("grpo", *FAMILY)},
+        seeds=(0, 1, 2, 3, 4),
+        steps={"mid": 40},
+        questions_per_step=16,
+        group_size=8,
+        lr=1e-4,
+        schedule="cosine",
+        eval_problems=100,
+        eval_n=8,
+        eval_ks=(1, 4, 8),
+        curve_points=2,
+        curve_problems=50,
+        curve_n=4,
+        max_new_tokens=96,
+        model="arith-base",
+    ),
     # GRPO at a constant learning rate (after warm-up), evaluated every 25 steps: where its
     # held-out pass@1 stops rising, which sized the full preset.
     "plateau": BenchSettings(
@@ -257,7 +299,7 @@ PRESETS: dict[str, BenchSettings] = {
 }
 
 # Presets whose complete runs write testbed/results/NAME.md (and .json, figures).
-COMMITTED = {"full": "learning", "plateau": "learning-plateau"}
+COMMITTED = {"full": "learning", "plateau": "learning-plateau", "family": "family"}
 
 
 @dataclass(frozen=True)
@@ -295,7 +337,8 @@ def run_specs(settings: BenchSettings) -> list[RunSpec]:
 
 def train_overrides(spec: RunSpec, settings: BenchSettings, run_dir: Path) -> list[str]:
     """Overrides of configs/testbed_arith.yaml for one training run: a checkpoint at every
-    curve step (all kept, for the evaluations during training) and the LENS diagnostic on."""
+    curve step (all kept, for the evaluations during training), the LENS diagnostic and the
+    token entropy logged."""
     return [
         f"model.name={settings.model}",
         f"data.options.level={spec.level}",
@@ -310,6 +353,7 @@ def train_overrides(spec: RunSpec, settings: BenchSettings, run_dir: Path) -> li
         f"train.save_every={settings.steps[spec.level] // settings.curve_points}",
         "train.keep_checkpoints=0",
         "train.log_all_wrong_gradient=true",
+        "algorithm.log_entropy=true",  # every method's token entropy, the controls' measure
         f"train.seed={spec.seed}",
         f"train.output_dir={run_dir}",
         *METHODS[spec.method].overrides,
