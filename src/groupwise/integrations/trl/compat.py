@@ -81,6 +81,7 @@ ATTRIBUTES = (
     "beta",
     "_metrics",
     "_logs",
+    "eos_token_ids",
 )
 """Instance attributes of GRPOTrainer the adapter reads after GRPOTrainer.__init__."""
 

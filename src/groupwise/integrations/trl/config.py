@@ -188,6 +188,26 @@ class GroupwiseGRPOConfig(GRPOConfig):
     )
     gmpo_epsilon_low: float = _option("gmpo_eps_low")
     gmpo_epsilon_high: float = _option("gmpo_eps_high")
+    log_rollouts: bool = field(
+        default=False,
+        metadata={
+            "help": "Write OUTPUT_DIR/rollouts.jsonl in the format of groupwise's own trainer, "
+            "so that `groupwise view OUTPUT_DIR --output page.html` shows the run's steps, "
+            "groups, completions, rewards, advantages and AMIR pairs: one line per generation "
+            "batch, whose step is TRL's global step when the batch was generated plus 1 (the "
+            "first optimizer step that learns from it). The main process writes it; a run "
+            "resumed from a checkpoint moves the lines after the checkpoint's step to "
+            "rollouts.jsonl.set-aside. What TRL cannot give is null: "
+            'docs/guides/trl.md, "Its rollouts, for groupwise view".'
+        },
+    )
+    log_rollouts_answer_column: str = field(
+        default="answer",
+        metadata={
+            "help": "The dataset column whose values rollouts.jsonl logs as the gold answers "
+            "(null where the dataset has no such column)."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -266,6 +286,10 @@ class GroupwiseGRPOConfig(GRPOConfig):
         return AlgorithmOptions(**own, **native)
 
 
+OWN_PREFIXES = ("correctness_", "log_rollouts")
+"""GroupwiseGRPOConfig's own options outside AlgorithmOptions (besides gmpo), by prefix."""
+
+
 def _docstring() -> str:
     lines = [
         GroupwiseGRPOConfig.__doc__.split("The parameters below")[0].rstrip(),
@@ -274,7 +298,7 @@ def _docstring() -> str:
     ]
     by_trl = {trl: name for name, trl in TRL_NAMES.items()}
     for spec in GroupwiseGRPOConfig.__dataclass_fields__.values():
-        if spec.name in by_trl or spec.name.startswith("correctness_") or spec.name == "gmpo":
+        if spec.name in by_trl or spec.name.startswith(OWN_PREFIXES) or spec.name == "gmpo":
             kind = type(spec.default).__name__ if spec.default is not None else "str or None"
             lines.append(f"    {spec.name} (`{kind}`, *optional*, defaults to `{spec.default!r}`):")
             lines.append(f"        {spec.metadata['help']}")

@@ -48,7 +48,8 @@ they may be placeholders or, from a vLLM server started without processed log-pr
 before temperature. `old_per_token_logps` itself is never written: TRL's ratio stays its own.
 
 Without AMIR and a non-"grpo" estimator the trainer is TRL's GRPOTrainer: nothing is added to
-the batch and nothing is logged or warned beyond what TRL does.
+the batch and nothing is logged or warned beyond what TRL does (`log_rollouts=True` adds
+OUTPUT_DIR/rollouts.jsonl, one line per generation batch for `groupwise view`: rollout_log.py).
 
 Rows whose reward functions all returned None: TRL leaves them out of its baseline and gives
 them advantage 0; groupwise leaves their whole group out (advantages 0 under LENS, no AMIR
@@ -89,6 +90,7 @@ from groupwise.integrations.trl.compat import (
     require_batch_keys,
 )
 from groupwise.integrations.trl.config import TRL_NAMES, GroupwiseGRPOConfig
+from groupwise.integrations.trl.rollout_log import RolloutLog, line_settings
 from groupwise.integrations.trl.terms import (
     correct_rows,
     group_fractions,
@@ -183,6 +185,14 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         check_trainer_attributes(self)
         use_cpu_weight_sync(self)  # vLLM colocated on a CPU (vllm_cpu.py); nothing on a GPU
         self._algorithm(args)
+        # OUTPUT_DIR/rollouts.jsonl for groupwise view (rollout_log.py), with log_rollouts=True
+        self.rollout_log = None
+        if args.log_rollouts:
+            line = line_settings(self, args.advantage_estimator, args.amir)
+            writer = self.is_world_process_zero()
+            self.rollout_log = RolloutLog(
+                args.output_dir, args.log_rollouts_answer_column, line, writer
+            )
         self._gathered_rewards: Tensor | None = None
         # the latest generation batch's record, made when it is scored, read by its losses
         self._generation: _GenerationRecord | None = None
@@ -279,6 +289,10 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         self._gathered_rewards = None
         batch = super()._generate_and_score_completions(inputs)
+        if self.model.training and self.rollout_log is not None:
+            self.rollout_log.collect(self, inputs, batch, self._gathered_rewards)
+            if not self.uses_groupwise:
+                self.rollout_log.finish(None)  # TRL's advantages, no pairs
         # evaluation, and training without AMIR and LENS, are TRL's own, untouched
         if not self.model.training or not self.uses_groupwise:
             return batch
@@ -356,6 +370,8 @@ class GroupwiseGRPOTrainer(GRPOTrainer):
         if self.algorithm.pair_settings is not None:
             pref_loss = self._record_pairs(batch, targets)
         self._log_group_types(record.rewards, targets.advantages)
+        if self.rollout_log is not None:
+            self.rollout_log.finish(targets)
         return pref_loss
 
     def _record_pairs(self, batch: dict[str, Any], targets: GroupTargets) -> float | None:
