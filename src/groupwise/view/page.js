@@ -287,13 +287,15 @@
           g.pairs.length ? h("span", { class: "tag pair" }, g.pairs.length + " AMIR pairs") : null,
           cut ? h("span", { class: "tag cut" }, cut + " cut") : null),
         h("div", { class: "q" }, g.q === null ? "(question not logged by this run)" : g.q),
-        h("div", { class: "sub" }, "gold: ", h("b", {}, g.gold))),
+        h("div", { class: "sub" }, "gold: ", g.gold === null || g.gold === undefined ?
+          "(not logged by this run)" : h("b", {}, g.gold))),
       rows);
     return [card, () => drawArcs(rows, g, anchor)];
   }
   function renderRun(root) {
     const s = META.settings || {};
-    const method = s.source || (s.advantage ? (s.amir ? "AMIR-GRPO + " : "") + s.advantage.toUpperCase() : "run");
+    const method = s.advantage ? (s.amir ? "AMIR-GRPO + " : "") + s.advantage.toUpperCase() +
+      (s.source ? " · " + s.source : "") : s.source || "run";
     document.querySelector("header").replaceChildren(h("h1", { title: META.path }, META.name),
       h("span", { class: "meta" }, method + (s.model ? " · " + s.model : "") +
         (s.group_size ? " · G = " + s.group_size : "")));

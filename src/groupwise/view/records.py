@@ -147,6 +147,33 @@ def _lens_settings(folder: Path) -> dict[str, Any]:
     return out
 
 
+LINE_SETTINGS = (
+    "source",
+    "advantage",
+    "amir",
+    "group_size",
+    "model",
+    "component",
+    "weight",
+    "correct_reward",
+)
+"""The keys of a rollouts line's "settings" (GroupwiseGRPOTrainer's lines carry it; its folder
+has no config.yaml) that the page reads."""
+
+
+def _line_settings(row: dict[str, Any]) -> dict[str, Any]:
+    """A rollouts line's "settings" (method, G, model, LENS's correctness reward), {} where it
+    has none."""
+    settings = row.get("settings")
+    if not isinstance(settings, dict):
+        return {}
+    out = {key: settings[key] for key in LINE_SETTINGS if key in settings}
+    if not all(_number(out.get(key)) for key in ("weight", "correct_reward")):
+        for key in ("component", "weight", "correct_reward"):
+            out.pop(key, None)
+    return out
+
+
 def _column(row: dict[str, Any], key: str, size: int, path: Path, number: int) -> list[Any]:
     """A whole-batch list of the rollouts line, `size` long (a ValueError naming file:line)."""
     values = row.get(key)
@@ -161,11 +188,12 @@ def _optional(row: dict[str, Any], key: str, size: int) -> list[Any] | None:
 
 
 def _lens_ratios(
-    row: dict[str, Any], settings: dict[str, Any], size: int, group_size: int
+    row: dict[str, Any], settings: dict[str, Any], ok: list[int], group_size: int
 ) -> tuple[list[float | None], list[float | None]] | None:
     """Under LENS, each wrong completion's calibrated correctness rt and its confidence relative
     to the group's D(q), p/D = x / (1 + x) with x = -G rt (docs/algorithms.md §3); None where
     the run is not LENS or the line lacks the rewards before shaping."""
+    size = len(ok)
     unshaped, shaped = _optional(row, "unshaped_rewards", size), row.get("rewards")
     if "correct_reward" not in settings or unshaped is None:
         return None
@@ -173,11 +201,12 @@ def _lens_ratios(
     rts: list[float | None] = []
     ratios: list[float | None] = []
     for i in range(size):
-        if row["correct"][i]:
+        parts = [v if _number(v) is not None else None for v in (shaped[i], unshaped[i], column[i])]
+        if ok[i] or None in parts:  # a TRL row no reward function scored: null
             rts.append(None)
             ratios.append(None)
             continue
-        rt = (shaped[i] - unshaped[i] + settings["weight"] * column[i]) / settings["correct_reward"]
+        rt = (parts[0] - parts[1] + settings["weight"] * parts[2]) / settings["correct_reward"]
         x = max(-group_size * rt, 0.0)
         rts.append(_number(rt))
         ratios.append(_number(x / (1.0 + x)))
@@ -195,14 +224,15 @@ def _step_groups(
     size = len(texts) if isinstance(texts, list) else -1
     if size <= 0 or size % len(ids):
         raise JsonFileError(path, number, f"'completions' is not {len(ids)} groups of completions")
-    columns = {
-        key: _column(row, key, size, path, number)
-        for key in ("golds", "correct", "rewards", "advantages")
-    }
+    columns = {key: _column(row, key, size, path, number) for key in ("rewards", "advantages")}
+    for key in ("golds", "correct"):  # null in a TRL run without them: no gold, reward > 0
+        columns[key] = (
+            [None] * size if row.get(key) is None else _column(row, key, size, path, number)
+        )
     group_size = size // len(ids)
     per_row = {
         "t": texts,
-        "ok": [int(bool(c)) for c in columns["correct"]],
+        "ok": _correct(columns["correct"], columns["rewards"]),
         "adv": [_number(v) for v in columns["advantages"]],
         "rw": [_number(v) for v in columns["rewards"]],
     }
@@ -213,7 +243,7 @@ def _step_groups(
     logp = _optional(row, "sampler_mean_logp", size)
     if logp is not None:
         per_row["conf"] = [None if v is None else _number(math.exp(v)) for v in logp]
-    lens = _lens_ratios(row, settings, size, group_size)
+    lens = _lens_ratios(row, settings, per_row["ok"], group_size)
     if lens is not None:
         per_row["rt"], per_row["pd"] = lens
     for name, values in (row.get("reward_columns") or {}).items():
@@ -225,6 +255,43 @@ def _step_groups(
         _group(q, ids[q], questions, columns["golds"], per_row, pairs, group_size)
         for q in range(len(ids))
     ]
+
+
+def _correct(correct: list[Any], rewards: list[Any]) -> list[int]:
+    """1 / 0 per completion: its logged correctness, else (a TRL run without a correctness
+    reward logs null) a reward total above 0, as verl's dumps without "acc"."""
+    return [
+        int(bool(c)) if c is not None else int((_number(r) or 0.0) > 0)
+        for c, r in zip(correct, rewards, strict=True)
+    ]
+
+
+def _line_summary(step: int, row: dict[str, Any]) -> dict[str, Any]:
+    """The steps list's entry of a rollouts line, for a run without metrics.jsonl (a
+    GroupwiseGRPOTrainer run): accuracy, group shares, AMIR pairs and the cut share, from the
+    line; the step alone where the line's lists do not hold whole groups."""
+    ids, texts, rewards = row.get("problem_ids"), row.get("completions"), row.get("rewards")
+    if not (isinstance(ids, list) and ids and isinstance(texts, list) and texts):
+        return {"step": step}
+    size = len(texts)
+    correct = _optional(row, "correct", size) or [None] * size
+    if size % len(ids) or not isinstance(rewards, list) or len(rewards) != size:
+        return {"step": step}
+    ok, group_size = _correct(correct, rewards), size // len(ids)
+    groups = [sum(ok[g : g + group_size]) for g in range(0, size, group_size)]
+    entry = {
+        "step": step,
+        "acc": sum(ok) / size,
+        "right": sum(c == group_size for c in groups) / len(groups),
+        "wrong": sum(c == 0 for c in groups) / len(groups),
+    }
+    entry["mixed"] = 1.0 - entry["right"] - entry["wrong"]
+    pairs, cut = row.get("pairs"), _optional(row, "truncated", size)
+    if isinstance(pairs, list) and len(pairs) == 2 and isinstance(pairs[0], list):
+        entry["pairs"] = len(pairs[0])
+    if cut is not None:
+        entry["cut"] = sum(bool(c) for c in cut) / size
+    return {key: value if key == "step" else _number(value) for key, value in entry.items()}
 
 
 def _pairs(value: Any, size: int, path: Path, number: int) -> list[tuple[int, int]]:
@@ -260,7 +327,10 @@ def _group(
 
 
 def read_run(folder: Path, steps: list[int] | None = None, max_steps: int = 50) -> dict[str, Any]:
-    """A training run's page model: its settings, steps list and the chosen steps' groups."""
+    """A training run's page model: its settings, steps list and the chosen steps' groups.
+    A folder without config.yaml takes its settings from the first rollouts line's "settings"
+    (a GroupwiseGRPOTrainer run: docs/guides/view.md, "A TRL run"), and one without
+    metrics.jsonl its steps list from the rollouts lines."""
     settings = _lens_settings(folder)
     path = folder / ROLLOUTS_FILE
     lines: dict[int, tuple[int, dict[str, Any]]] = {}
@@ -271,12 +341,15 @@ def read_run(folder: Path, steps: list[int] | None = None, max_steps: int = 50) 
                 raise JsonFileError(path, number, "no integer 'step'")
             lines[step] = (number, row)  # a resumed run's later line wins
     chosen = choose_steps(sorted(lines), steps, max_steps)
+    if not settings and lines:
+        settings = _line_settings(lines[min(lines)][1])
+    summaries = read_steps(folder) or [_line_summary(s, lines[s][1]) for s in sorted(lines)]
     return {
         "kind": "run",
         "name": folder.name,
         "path": str(folder),
         "settings": settings,
-        "steps": read_steps(folder),
+        "steps": summaries,
         "rollout_steps": sorted(lines),
         "groups": {
             step: _step_groups(lines[step][1], settings, path, lines[step][0]) for step in chosen
