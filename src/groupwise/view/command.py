@@ -8,6 +8,7 @@ the other does not first (docs/guides/view.md).
     groupwise view runs/long --max-steps 20 --output long.html     # 20 evenly spaced steps
     groupwise view runs/long --steps 1,500,1000 --output three.html
     groupwise view verl_rollouts/ --output verl.html    # trainer.rollout_data_dir's N.jsonl
+    groupwise view runs/trl --output trl.html    # GroupwiseGRPOConfig(log_rollouts=True)
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ A training run gives its steps (metrics.jsonl: accuracy, group shares, pairs, dy
 sampling's dropped groups) and, for the steps chosen (`choose_steps`), their groups from
 rollouts.jsonl: question, gold, each completion with its reward columns, correctness, advantage,
 shaped reward (LENS: the calibrated one, and its confidence relative to D(q)), cut flag and the
-sampler's mean log-prob, and AMIR's pairs as (chosen, rejected) indices inside the group. An
-evaluation folder gives its problems with their samples and per-problem pass@k.
+sampler's mean log-prob, and AMIR's pairs as (chosen, rejected) indices inside the group. A
+run of GroupwiseGRPOTrainer (`log_rollouts=True`) has rollouts.jsonl only: its steps list comes
+from the lines, its settings from their "settings". An evaluation folder gives its problems
+with their samples and per-problem pass@k.
 
 Keys are short on purpose: a 1,000-step run's page carries every completion of its chosen steps.
 Bad input is a ValueError naming the file (and line).
