@@ -205,6 +205,11 @@ class RolloutLog:
         """Keeps what TRL has of the generation batch just scored (`trainer`: the
         GroupwiseGRPOTrainer; `inputs`: this process's dataset rows; `batch`: the dict TRL's
         _generate_and_score_completions returned; `rewards`: the gathered [B, F])."""
+        if rewards is None:
+            raise RuntimeError(
+                "TRL's _generate_and_score_completions did not call _calculate_rewards; "
+                "log_rollouts cannot see the rewards (unsupported TRL version?)"
+            )
         size, gather = rewards.shape[0], trainer.accelerator.gather
         golds = gather_object([row.get(self.answer_column) for row in inputs])
         truncated = local_truncated(batch, trainer.eos_token_ids)
