@@ -248,7 +248,8 @@ def check_output(settings: BenchSettings, root: Path) -> None:
     path = root / "settings.json"
     mine = settings.to_dict()
     if path.is_file():
-        saved = json.loads(path.read_text())
+        # a key added since the folder's runs were made had its default then
+        saved = {"extra": [], **json.loads(path.read_text())}
         diffs = [
             f"{k}: saved {saved.get(k)!r}, now {mine[k]!r}"
             for k in BenchSettings.RUN_KEYS
