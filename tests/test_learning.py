@@ -11,6 +11,7 @@ the same sampling seed.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,3 +268,24 @@ def test_the_complete_part_of_a_stopped_bench(tmp_path: Path) -> None:
     (plan.RunSpec("easy", "grpo_m2", 1).folder(tmp_path) / "summary.json").write_text("{}")
     part, left_out = learning.complete_part(settings, tmp_path)
     assert part.levels == {"easy": ("grpo", "lens", "grpo_m2")} and left_out == ["seeds [2]"]
+
+
+def test_a_presets_extra_overrides_reach_every_run_and_older_folders_still_open(
+    tmp_path: Path,
+) -> None:
+    """The family preset trains every method at 2 mini-batches (its `extra`), before the
+    method's own overrides; a runs folder saved before `extra` existed holds runs made without
+    it, so the bench accepts it for a preset without extra and refuses it for one with."""
+    family = plan.PRESETS["family"]
+    overrides = plan.train_overrides(plan.RunSpec("mid", "cispo", 3), family, tmp_path)
+    assert overrides[-2:] == ["algorithm.minibatches=2", "algorithm.policy_loss=cispo"]
+    assert "algorithm.log_entropy=true" in overrides and "train.seed=3" in overrides
+    quick = plan.PRESETS["quick"]
+    old = {k: v for k, v in quick.to_dict().items() if k != "extra"}
+    (tmp_path / "settings.json").write_text(json.dumps(old))
+    learning.check_output(quick, tmp_path)
+    (tmp_path / "settings.json").write_text(json.dumps(old))
+    changed = plan.BenchSettings(**{**quick.to_dict(), "extra": ("algorithm.minibatches=2",)})
+    refused = r"extra: saved \[\], now \['algorithm.minibatches=2'\]"
+    with pytest.raises(SystemExit, match=refused):
+        learning.check_output(changed, tmp_path)
