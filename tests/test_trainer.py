@@ -236,8 +236,21 @@ def _comparable(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
 
 
-def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(tmp_path: Path) -> None:
-    extra = ["algorithm.amir=true", "train.max_steps=4", "train.save_every=2"]
+@pytest.mark.parametrize(
+    "method",
+    [
+        ["algorithm.amir=true"],
+        # below its target (a random model's token entropy is about 10 nats) the adaptive
+        # entropy coefficient rises by its delta every update: a resume that restarted it
+        # would log other coefficients and losses
+        ["algorithm.entropy_adaptive=true", "algorithm.entropy_target=100"],
+    ],
+    ids=["amir", "adaptive_entropy"],
+)
+def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(
+    tmp_path: Path, method: list[str]
+) -> None:
+    extra = [*method, "train.max_steps=4", "train.save_every=2"]
     make_trainer(tmp_path / "straight", *extra).train()
 
     # Interrupted after step 3 (a checkpoint exists only at step 2), then resumed.
@@ -257,6 +270,8 @@ def test_resume_logs_the_same_metrics_as_an_uninterrupted_run(tmp_path: Path) ->
     again = logged(tmp_path / "resumed" / "metrics.jsonl")
     assert [r["step"] for r in again] == [1, 2, 3, 4]
     assert _comparable(again) == _comparable(straight)
+    coefficients = [r.get("entropy_coef") for r in straight]
+    assert coefficients[0] is None or coefficients[3] > coefficients[0]
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from groupwise.algorithms import ImportanceCorrection
+from groupwise.algorithms import AdaptiveEntropy, AdaptiveLambda, ImportanceCorrection
 from groupwise.data import MixPart, load_benchmark, load_mix, render_prompt
 from groupwise.models import save_merged
 from groupwise.rewards import RewardSuite
@@ -161,7 +161,7 @@ class Trainer:
         and the optimizer (one update per mini-batch and epoch)."""
         cfg, algo = self.config, self.config.algorithm
         algorithm = build_algorithm(cfg)
-        self.lambda_reg = algorithm.lambda_reg
+        self.lambda_reg, self.adaptive_entropy = algorithm.lambda_reg, algorithm.adaptive_entropy
         updates = cfg.train.max_steps * algo.minibatches * algo.num_iterations
         self.updater = optimizer_updater(
             self.params,
@@ -330,7 +330,8 @@ class Trainer:
             "step": self.step,
             "optimizer": self.updater.optimizer.state_dict(),
             "scheduler": self.updater.scheduler.state_dict(),
-            "lambda_reg": self.lambda_reg.state_dict() if self.lambda_reg is not None else None,
+            "lambda_reg": _state_of(self.lambda_reg),
+            "adaptive_entropy": _state_of(self.adaptive_entropy),
             "rng": rng_state(),
             "data_position": self.batches.position,
             "ahead": self.batches.ahead_state(),
@@ -366,6 +367,8 @@ class Trainer:
             self.updater.scheduler.load_state_dict(state["scheduler"])
             if self.lambda_reg is not None:
                 self.lambda_reg.load_state_dict(state["lambda_reg"])
+            if self.adaptive_entropy is not None:
+                self.adaptive_entropy.load_state_dict(state["adaptive_entropy"])
             set_rng_state(state["rng"])
             self.step = int(state["step"])
             self.batches.position, self.batches.step = int(state["data_position"]), self.step
@@ -419,6 +422,11 @@ class Trainer:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+def _state_of(rule: AdaptiveLambda | AdaptiveEntropy | None) -> dict[str, Any] | None:
+    """An adaptive rule's state for the checkpoint; None where the run has no such rule."""
+    return None if rule is None else rule.state_dict()
 
 
 def _learn_settings(cfg: Config) -> LearnSettings:
