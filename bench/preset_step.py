@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -26,17 +27,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, chosen_variants, load_average, markdown_table, write_results
 
+SERIAL_FLOAT32 = [
+    "model.attention=null",
+    "rollout.dtype=auto",
+    "rollout.staleness=0",
+    "rollout.importance_correction=false",
+    "rollout.vllm_enforce_eager=null",
+    "train.precision=float32",
+    "train.micro_batch_size=16",
+]
+"""Overrides that give the preset its speed settings of before bench/versus_main.py's
+measurement (2026-12-07): float32, vLLM eager, sampling then learning, 2 micro-batches."""
 VARIANTS = {
-    "recompute + float32": [],
-    "sampler + float32": ["rollout.logp_old=sampler"],
-    "sampler + bfloat16": ["rollout.logp_old=sampler", "train.precision=bfloat16"],
+    "recompute + float32": SERIAL_FLOAT32,
+    "sampler + float32": [*SERIAL_FLOAT32, "rollout.logp_old=sampler"],
+    "sampler + bfloat16": [*SERIAL_FLOAT32, "rollout.logp_old=sampler", "train.precision=bfloat16"],
 }
 """name (rollout.logp_old, train.precision) -> its overrides of the preset."""
 SPLIT = ["seconds_step", "seconds_generation", "seconds_training", "seconds_old_policy"]
 
 
-def run(overrides: list[str], steps: int, folder: Path) -> list[dict]:
-    """metrics.jsonl's records of one run of the preset with `overrides`."""
+def run(
+    overrides: list[str], steps: int, folder: Path, env: dict[str, str] | None = None
+) -> list[dict]:
+    """metrics.jsonl's records of one run of the preset with `overrides`, `env` added to the
+    environment."""
     command = [
         sys.executable,
         "-m",
@@ -51,7 +66,8 @@ def run(overrides: list[str], steps: int, folder: Path) -> list[dict]:
         f"train.output_dir={folder}",
         *overrides,
     ]
-    subprocess.run(command, check=True, cwd=REPO, capture_output=True, text=True)
+    environment = {**os.environ, **(env or {})}
+    subprocess.run(command, check=True, cwd=REPO, env=environment, capture_output=True, text=True)
     return [json.loads(line) for line in (folder / "metrics.jsonl").open()]
 
 

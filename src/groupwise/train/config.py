@@ -67,6 +67,12 @@ class ModelConfig:
         False,
         """Recompute activations in the backward pass: less memory, about 30 % more compute.""",
     )
+    attention: Literal["sdpa", "eager"] | None = option(
+        None,
+        """The policy's attention kernel (transformers' attn_implementation): null = the model's
+        own (sdpa); eager = plain matmuls, faster for the short rows of a CPU run in bfloat16
+        (SmolLM2's update pass 11 % faster). docs/guides/train.md, "Mixed precision".""",
+    )
     seed: int = option(
         0,
         """Initialisation seed for randomly initialised aliases (tiny-random).""",

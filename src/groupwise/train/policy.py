@@ -38,6 +38,8 @@ def load_trainable_policy(
                 target_modules=settings.lora_target_modules,
             ),
         )
+    if settings.attention is not None:
+        model.set_attn_implementation(settings.attention)
     # Dropout off (as TRL's disable_dropout): the log-probs of the loss must be those of the
     # policy that sampled, and logp_old is recorded from a training forward pass.
     model.eval()

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from groupwise.config import ConfigError
-from groupwise.train.config import Config
+from groupwise.train.config import Config, RolloutConfig
 from groupwise.train.config_checks import (
     check_engine_options,
     check_names,
@@ -48,7 +48,7 @@ def preflight(config: Config) -> Config:
     check_names(config)
     rollout = config.rollout
     if rollout.engine == "auto":
-        rollout = dataclasses.replace(rollout, engine=installed_engine())
+        rollout = _resolved_auto_engine(rollout)
         check_engine_options(rollout)
     processes = processes_from_environment()
     check_question_split(rollout.questions_per_step, processes, config.algorithm.minibatches)
@@ -56,6 +56,21 @@ def preflight(config: Config) -> Config:
     check_report_to(config.train.report_to)
     _check_device(config.model.device)
     return dataclasses.replace(config, rollout=rollout)
+
+
+def _resolved_auto_engine(rollout: RolloutConfig) -> RolloutConfig:
+    """rollout.engine=auto made the engine installed here. Where that is transformers, sampling
+    ahead (vllm only) becomes sampling then learning, said in one line, so that a preset written
+    for vLLM (configs/smollm2_arith.yaml) still runs without it; config.yaml records what ran."""
+    rollout = dataclasses.replace(rollout, engine=installed_engine())
+    if rollout.engine == "transformers" and rollout.staleness:
+        print(
+            "groupwise train: rollout.engine=auto is transformers here, which samples from the "
+            "policy itself: rollout.staleness=0, rollout.importance_correction=false",
+            flush=True,
+        )
+        rollout = dataclasses.replace(rollout, staleness=0, importance_correction=False)
+    return rollout
 
 
 def installed_engine() -> str:
