@@ -16,6 +16,7 @@ from typing import Any
 
 import peft.utils.other
 import pytest
+import torch
 import transformers.tokenization_utils_tokenizers as tokenization
 
 from groupwise.models import (
@@ -75,7 +76,9 @@ def _fake_llm(tied: bool, layers: list[str]) -> Any:
     runner = SimpleNamespace(reload_weights=reload)
     engine = SimpleNamespace(
         model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner)),
-        model_config=SimpleNamespace(hf_text_config=SimpleNamespace(tie_word_embeddings=tied)),
+        model_config=SimpleNamespace(
+            hf_text_config=SimpleNamespace(tie_word_embeddings=tied), dtype=torch.bfloat16
+        ),
     )
     return SimpleNamespace(llm_engine=engine, reset_prefix_cache=lambda: None, loaded=loaded)
 
@@ -83,8 +86,12 @@ def _fake_llm(tied: bool, layers: list[str]) -> Any:
 def test_a_sync_drops_the_tied_lm_head_notice_and_keeps_the_others(reaching: Any) -> None:
     messages = reaching(RELOAD_LOGGER)
     llm = _fake_llm(tied=True, layers=["ParallelLMHead", "QKVParallelLinear"])
-    reload_weights(llm, [("w", 1)])
-    assert llm.loaded == [("w", 1)]
+    weight = torch.tensor([1.0, 1 / 3])
+    reload_weights(llm, [("w", weight)])
+    # in the engine's dtype: vLLM would otherwise cast it, with a warning per tensor
+    [(name, loaded)] = llm.loaded
+    assert name == "w" and loaded.dtype == torch.bfloat16
+    assert loaded.tolist() == weight.to(torch.bfloat16).tolist()
     assert messages == ["QKVParallelLinear: Failed to load weights", "something else went wrong"]
     # only during the reload: the logger is as it was after it
     assert logging.getLogger(RELOAD_LOGGER).filters == []

@@ -178,8 +178,12 @@ def reload_weights(llm: Any, weights: Iterable[tuple[str, Any]]) -> None:
     'weight_loader'"); the reload restores the layers, loads and prepacks again. The prefix
     cache is reset after: its KV entries were computed with the old weights. For a model with
     tied word embeddings, vLLM's notice that the LM head loaded nothing is dropped during the
-    reload (TiedHeadReloadFilter on RELOAD_LOGGER); every other line of the reload shows."""
+    reload (TiedHeadReloadFilter on RELOAD_LOGGER); every other line of the reload shows.
+    Each tensor is cast to the engine's dtype first (a float32 policy synced into a bfloat16
+    engine): vLLM would cast it too, with a warning per tensor on every sync."""
     runner = llm.llm_engine.model_executor.driver_worker.model_runner
+    dtype = llm.llm_engine.model_config.dtype
+    weights = ((name, tensor.to(dtype)) for name, tensor in weights)
     text_config = llm.llm_engine.model_config.hf_text_config
     logger = logging.getLogger(RELOAD_LOGGER)
     quiet = TiedHeadReloadFilter()
