@@ -117,6 +117,21 @@ def test_a_share_that_cannot_fit_names_rollout_vllm_memory_and_a_value_that_fits
     assert "16.0 GiB available of 24.0" in str(refused.value)
 
 
+def test_a_share_that_cannot_fit_beside_a_large_update_says_to_lower_the_update_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    cfg = config("rollout.engine=vllm", "rollout.vllm_memory=0.95")
+    # the SmolLM2 preset's parts where CI's other lanes left 11.6 of 23.5 GiB
+    parts = {"model": 0.5, "vLLM's KV cache": 19.9, "vLLM's buffers": 2.6, "update": 9.8}
+    with pytest.raises(ConfigError) as refused:
+        check_memory(MemoryEstimate(parts, rows=32), cfg, HostMemory(23.5, 11.6))
+    # 11.6 - 9.8 - 2.6 < 0: no share of vLLM's fits beside this update
+    assert str(refused.value).startswith(
+        "rollout.vllm_memory=0.95: lower it to 0.01, and lower the update's memory: "
+    )
+
+
 def test_an_update_that_cannot_fit_names_micro_batch_size_in_whole_groups() -> None:
     cfg = config("rollout.group_size=8", "train.micro_batch_size=32")
     parts = {"model": 1.0, "runtime": 1.0, "update": 16.0}  # 0.5 GiB a row

@@ -250,7 +250,10 @@ def test_a_vllm_share_the_machine_cannot_give_is_refused_before_the_engine_start
     """The SmolLM2 preset with rollout.vllm_memory=0.95: vLLM would reserve 95 % of the host's
     memory for the process and the update comes on top, so the run is refused in one line
     naming rollout.vllm_memory and a value that fits, before vLLM starts (docs/guides/train.md,
-    "Memory")."""
+    "Memory"). The update is kept small (8 rows, about 2.5 GiB) so that some share of vLLM's
+    fits beside it even where the other test lanes leave half the machine: with the preset's
+    32 rows (9.8 GiB) and 11.6 GiB available, no share fits and the advice is to lower the
+    update too (tests/test_memory_budget.py covers that branch)."""
     env = environment()
     env.pop("VLLM_CPU_KVCACHE_SPACE")  # the preset's own sizing: vLLM's share of the host
     out = subprocess.run(
@@ -262,6 +265,7 @@ def test_a_vllm_share_the_machine_cannot_give_is_refused_before_the_engine_start
             "--config",
             str(REPO / "configs" / "smollm2_arith.yaml"),
             "rollout.vllm_memory=0.95",
+            "train.micro_batch_size=8",
             f"train.output_dir={tmp_path / 'run'}",
         ],
         env=env,
