@@ -1,8 +1,10 @@
-"""Is a cut completion wrong because it is cut? Per run folder and window of steps: the share
-of training completions cut at rollout.max_new_tokens, and how often the cut ones and the
-finished ones were graded correct (docs/guides/train.md, "A real model: SmolLM2 on
-arithmetic"). The grading is the run's own (RUN/rollouts.jsonl's `correct`): where a completion
-has no box, `groupwise` checking reads its last number, so a cut completion can be right.
+"""Is a cut completion wrong because it is cut, and do right answers run longer than wrong ones?
+Per run folder and window of steps: the share of training completions cut at
+rollout.max_new_tokens, how often the cut and the finished ones were graded correct, and the mean
+length in characters of the right and of the wrong ones (docs/guides/train.md, "What was tried
+for seeds 1 and 2"). The grading is the run's own (RUN/rollouts.jsonl's `correct`): where a
+completion has no box, `groupwise` checking reads its last number, so a cut completion can be
+right.
 
     python -m testbed.cut_completions runs/smollm2_arith_seed1 --window 10
 """
@@ -16,50 +18,64 @@ from pathlib import Path
 
 from groupwise.records import read_jsonl
 
+SHARES = ("cut", "right_cut", "right_finished", "boxed_cut")
+"""The fractions of `windows`, shown in percent."""
+LENGTHS = ("chars_right", "chars_wrong")
+"""The mean lengths of `windows`, in characters."""
+
 
 def windows(run: Path, window: int) -> Iterator[tuple[str, dict[str, float]]]:
-    """("first-last" steps, {"cut", "right_cut", "right_finished", "boxed_cut"} as fractions)
-    for each `window` steps of RUN/rollouts.jsonl; a fraction of no completions is nan."""
-    counts: dict[int, list[int]] = {}
+    """("first-last" steps, values) for each `window` steps of RUN/rollouts.jsonl: `SHARES`
+    ("cut": of all completions; "right_cut", "right_finished": of the cut and of the finished
+    ones; "boxed_cut": of the cut ones) and `LENGTHS`; nan where there were none."""
+    rows: dict[int, list[tuple[bool, bool, str]]] = {}
     batches, _ = read_jsonl(run / "rollouts.jsonl")
     for _, batch in batches:
-        slot = counts.setdefault((batch["step"] - 1) // window, [0] * 5)
-        for cut, right, text in zip(
-            batch["truncated"], batch["correct"], batch["completions"], strict=True
-        ):
-            slot[0] += 1
-            slot[1] += cut
-            slot[2] += bool(right) and cut
-            slot[3] += bool(right) and not cut
-            slot[4] += cut and "\\boxed" in text
-    for index in sorted(counts):
-        total, cut, right_cut, right_finished, boxed_cut = counts[index]
+        rows.setdefault((batch["step"] - 1) // window, []).extend(
+            (bool(cut), bool(right), text)
+            for cut, right, text in zip(
+                batch["truncated"], batch["correct"], batch["completions"], strict=True
+            )
+        )
+    for index in sorted(rows):
+        completions = rows[index]
+        cut = [(right, text) for is_cut, right, text in completions if is_cut]
         first = index * window + 1
         yield (
             f"{first}-{first + window - 1}",
             {
-                "cut": cut / total,
-                "right_cut": right_cut / cut if cut else float("nan"),
-                "right_finished": right_finished / (total - cut) if total > cut else float("nan"),
-                "boxed_cut": boxed_cut / cut if cut else float("nan"),
+                "cut": len(cut) / len(completions),
+                "right_cut": _mean([right for right, _ in cut]),
+                "right_finished": _mean([right for is_cut, right, _ in completions if not is_cut]),
+                "boxed_cut": _mean(["\\boxed" in text for _, text in cut]),
+                "chars_right": _mean([len(text) for _, right, text in completions if right]),
+                "chars_wrong": _mean([len(text) for _, right, text in completions if not right]),
             },
         )
 
 
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
 def table(runs: Sequence[Path], window: int) -> str:
-    """A markdown table: one row per run and window of steps (percent; – where no completion
-    was of that kind)."""
+    """A markdown table: one row per run and window of steps (– where no completion was of
+    that kind)."""
     lines = [
-        "| run | steps | cut | right, cut | right, finished | cut with a box |",
-        "|---|---|---|---|---|---|",
+        "| run | steps | cut | right, cut | right, finished | cut with a box "
+        "| characters, right | characters, wrong |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        for steps, share in windows(run, window):
-            cells = " | ".join(
-                "–" if math.isnan(value) else f"{100 * value:.1f} %" for value in share.values()
-            )
-            lines.append(f"| {run.name} | {steps} | {cells} |")
+        for steps, values in windows(run, window):
+            cells = [_cell(values[key], f"{100 * values[key]:.1f} %") for key in SHARES]
+            cells += [_cell(values[key], f"{values[key]:.0f}") for key in LENGTHS]
+            lines.append(f"| {run.name} | {steps} | {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _cell(value: float, text: str) -> str:
+    return "–" if math.isnan(value) else text
 
 
 def main(argv: Sequence[str] | None = None) -> None:

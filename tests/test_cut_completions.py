@@ -1,5 +1,6 @@
-"""testbed/cut_completions.py: the share cut and how often cut and finished completions were
-right, per window of steps, counted by hand on a small rollouts.jsonl."""
+"""testbed/cut_completions.py: the share cut, how often cut and finished completions were right
+and how long right and wrong ones were, per window of steps, counted by hand on a small
+rollouts.jsonl."""
 
 from __future__ import annotations
 
@@ -52,9 +53,12 @@ def test_shares_per_window_of_steps(tmp_path: Path) -> None:
     assert first["right_cut"] == 1 / 3
     assert first["right_finished"] == 2 / 5
     assert first["boxed_cut"] == 1 / 3
+    # right: "1", "3", "6" (1 character each); wrong: "\\boxed{2}" (9), "4", "5", "7", "8"
+    assert first["chars_right"] == 1.0
+    assert first["chars_wrong"] == (9 + 4) / 5
     second = rows[1][1]
     assert second["cut"] == 1.0 and second["right_cut"] == 0.0
-    assert math.isnan(second["right_finished"])
+    assert math.isnan(second["right_finished"]) and math.isnan(second["chars_right"])
     lines = table([run], window=2).splitlines()
-    assert lines[2] == "| run | 1-2 | 37.5 % | 33.3 % | 40.0 % | 33.3 % |"
-    assert lines[3] == "| run | 3-4 | 100.0 % | 0.0 % | – | 0.0 % |"
+    assert lines[2] == "| run | 1-2 | 37.5 % | 33.3 % | 40.0 % | 33.3 % | 1 | 3 |"
+    assert lines[3] == "| run | 3-4 | 100.0 % | 0.0 % | – | 0.0 % | – | 1 |"

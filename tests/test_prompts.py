@@ -33,7 +33,7 @@ def chat_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def test_template_names() -> None:
-    assert set(TEMPLATES) == {"amir", "amir_groupwise", "boxed", "gsm8k", "plain"}
+    assert set(TEMPLATES) == {"amir", "amir_groupwise", "boxed", "brief", "gsm8k", "plain"}
 
 
 @pytest.mark.parametrize(
@@ -91,6 +91,22 @@ def test_boxed_and_gsm8k_have_no_system_prompt() -> None:
     assert "'#### N'" in gsm8k["content"]
 
 
+def test_brief_asks_for_a_short_solution_and_a_box() -> None:
+    assert build_messages(PROBLEM, "brief") == [
+        {
+            "role": "user",
+            "content": QUESTION
+            + "\n\nCompute it in one or two short steps, then put your final answer within "
+            "\\boxed{}.",
+        }
+    ]
+    [user] = build_messages(CHOICE, "brief")
+    assert user["content"].endswith(
+        "C) 6\n\nCompute it in one or two short steps, then put the letter of the correct "
+        "option within \\boxed{}."
+    )
+
+
 def test_render_with_a_chat_template(chat_tokenizer: PreTrainedTokenizerFast) -> None:
     assert render_prompt(PROBLEM, "amir", chat_tokenizer) == (
         f"<|system|>{AMIR_SYSTEM_PROMPT}\n<|user|>{QUESTION}\n<|assistant|>"
@@ -138,7 +154,7 @@ def test_unknown_template() -> None:
     with pytest.raises(
         ValueError,
         match=r"unknown prompt template 'amri'; "
-        r"valid templates: \['amir', 'amir_groupwise', 'boxed', 'gsm8k', 'plain'\]",
+        r"valid templates: \['amir', 'amir_groupwise', 'boxed', 'brief', 'gsm8k', 'plain'\]",
     ):
         render_prompt(PROBLEM, "amri")
     with pytest.raises(ValueError, match="valid templates"):

@@ -11,6 +11,9 @@ Templates (`TEMPLATES`):
   single braces; a named deviation, the prompt of groupwise before 0.x kept under its name).
 - "boxed": no system prompt; the question, then "Please reason step by step, and put your final
   answer within \\boxed{}." (the usual Qwen2.5-Math / LENS style).
+- "brief": no system prompt; the question, then "Compute it in one or two short steps, then put
+  your final answer within \\boxed{}." (ours: SmolLM2-135M's completions about half as long as
+  under "boxed", docs/guides/train.md, "A real model: SmolLM2 on arithmetic").
 - "gsm8k": no system prompt; the question, then a request to end with a line `#### N`.
 - "plain": the question text alone, no chat template (the synthetic testbed's tiny model).
 
@@ -101,6 +104,13 @@ deviation): the same four blocks in the same order, with single braces in `\\box
 box asked for in words, and no trailing blanks."""
 
 _BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+_BRIEF_INSTRUCTION = (
+    "Compute it in one or two short steps, then put your final answer within \\boxed{}."
+)
+_BRIEF_CHOICE = (
+    "Compute it in one or two short steps, then put the letter of the correct option within "
+    "\\boxed{}."
+)
 _BOXED_CHOICE = (
     "Please reason step by step, and put the letter of the correct option within \\boxed{}."
 )
@@ -121,6 +131,7 @@ TEMPLATES: dict[str, Template] = {
         asks_confidence=True,
     ),
     "boxed": Template("boxed", None, _BOXED_INSTRUCTION, _BOXED_CHOICE),
+    "brief": Template("brief", None, _BRIEF_INSTRUCTION, _BRIEF_CHOICE),
     "gsm8k": Template(
         "gsm8k",
         None,

@@ -113,7 +113,8 @@ class DataConfig:
     )
     prompt: str = option(
         "amir",
-        """Prompt template: amir (AMIR-GRPO's calibrated format) | boxed | gsm8k | plain.""",
+        """Prompt template: amir (AMIR-GRPO's calibrated format) | boxed | brief | gsm8k |
+        plain (groupwise.data.prompts).""",
     )
     limit: int | None = option(
         None,
