@@ -225,7 +225,8 @@ BAD_VALUES = [
     (["reward.workers=0"], "reward.workers must be >= 1, got 0"),
     (
         ["data.prompt=chat"],
-        "data.prompt: invalid value 'chat'; valid choices: amir, amir_groupwise, boxed, brief, gsm8k",
+        "data.prompt: invalid value 'chat'; valid choices: amir, amir_groupwise, boxed, brief, "
+        "gsm8k",
     ),
     (["model.device=gpu"], "model.device: invalid value 'gpu'; valid: auto, cpu, cuda, cuda:N"),
     (["model.lora_target_modules="], "model.lora_target_modules is empty"),
