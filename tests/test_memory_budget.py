@@ -102,34 +102,45 @@ def test_vllms_share_fills_the_process_up_to_vllm_memory_of_the_host(
     assert fixed.parts["vLLM's KV cache"] == 3.0
 
 
+@pytest.mark.parametrize(
+    ("vllm_memory", "parts", "host", "expected"),
+    [
+        # (16 - 4 - 2) / 24 = 0.4166: vLLM's share holds all but the buffers and the update
+        (
+            0.9,
+            {"model": 0.5, "vLLM's KV cache": 20.0, "vLLM's buffers": 2.0, "update": 4.0},
+            HostMemory(total=24.0, available=16.0),
+            [
+                "rollout.vllm_memory=0.9: lower it to at most 0.41: ",
+                "needs about 26.5 GiB",
+                "16.0 GiB available of 24.0",
+            ],
+        ),
+        # the SmolLM2 preset's parts where CI's other lanes left 11.6 of 23.5 GiB:
+        # 11.6 - 9.8 - 2.6 < 0, no share of vLLM's fits beside this update
+        (
+            0.95,
+            {"model": 0.5, "vLLM's KV cache": 19.9, "vLLM's buffers": 2.6, "update": 9.8},
+            HostMemory(total=23.5, available=11.6),
+            ["rollout.vllm_memory=0.95: lower it to 0.01, and lower the update's memory: "],
+        ),
+    ],
+    ids=["a-share-fits", "no-share-fits-beside-the-update"],
+)
 def test_a_share_that_cannot_fit_names_rollout_vllm_memory_and_a_value_that_fits(
     monkeypatch: pytest.MonkeyPatch,
+    vllm_memory: float,
+    parts: dict[str, float],
+    host: HostMemory,
+    expected: list[str],
 ) -> None:
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    cfg = config("rollout.engine=vllm", "rollout.vllm_memory=0.9")
-    parts = {"model": 0.5, "vLLM's KV cache": 20.0, "vLLM's buffers": 2.0, "update": 4.0}
-    host = HostMemory(total=24.0, available=16.0)
+    cfg = config("rollout.engine=vllm", f"rollout.vllm_memory={vllm_memory}")
     with pytest.raises(ConfigError) as refused:
         check_memory(MemoryEstimate(parts, rows=16), cfg, host)
-    # (16 - 4 - 2) / 24 = 0.4166: vLLM's share holds all but the buffers and the update
-    assert str(refused.value).startswith("rollout.vllm_memory=0.9: lower it to at most 0.41: ")
-    assert "needs about 26.5 GiB" in str(refused.value)
-    assert "16.0 GiB available of 24.0" in str(refused.value)
-
-
-def test_a_share_that_cannot_fit_beside_a_large_update_says_to_lower_the_update_too(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    cfg = config("rollout.engine=vllm", "rollout.vllm_memory=0.95")
-    # the SmolLM2 preset's parts where CI's other lanes left 11.6 of 23.5 GiB
-    parts = {"model": 0.5, "vLLM's KV cache": 19.9, "vLLM's buffers": 2.6, "update": 9.8}
-    with pytest.raises(ConfigError) as refused:
-        check_memory(MemoryEstimate(parts, rows=32), cfg, HostMemory(23.5, 11.6))
-    # 11.6 - 9.8 - 2.6 < 0: no share of vLLM's fits beside this update
-    assert str(refused.value).startswith(
-        "rollout.vllm_memory=0.95: lower it to 0.01, and lower the update's memory: "
-    )
+    assert str(refused.value).startswith(expected[0])
+    for text in expected[1:]:
+        assert text in str(refused.value)
 
 
 def test_an_update_that_cannot_fit_names_micro_batch_size_in_whole_groups() -> None:

@@ -104,15 +104,15 @@ deviation): the same four blocks in the same order, with single braces in `\\box
 box asked for in words, and no trailing blanks."""
 
 _BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+_BOXED_CHOICE = (
+    "Please reason step by step, and put the letter of the correct option within \\boxed{}."
+)
 _BRIEF_INSTRUCTION = (
     "Compute it in one or two short steps, then put your final answer within \\boxed{}."
 )
 _BRIEF_CHOICE = (
     "Compute it in one or two short steps, then put the letter of the correct option within "
     "\\boxed{}."
-)
-_BOXED_CHOICE = (
-    "Please reason step by step, and put the letter of the correct option within \\boxed{}."
 )
 
 TEMPLATES: dict[str, Template] = {
