@@ -72,6 +72,26 @@ def paired_seed_interval(
     return mean, mean - half, mean + half
 
 
+def seeds_needed(
+    differences: Sequence[float], confidence: float = CONFIDENCE, most: int = 1000
+) -> int | None:
+    """The fewest seeds S >= 2 at which the paired-seed t interval of a difference with the
+    measured mean and sd (of the per-seed `differences`, sd with S - 1) would exclude zero:
+    t_{(1+confidence)/2, S-1} * sd / sqrt(S) < |mean|. None where the mean is zero or more
+    than `most` seeds would be needed. A planning number: it takes the measured mean and sd
+    as the true ones. Needs at least 2 differences."""
+    d = np.asarray(differences, dtype=float)
+    if d.ndim != 1 or d.size < 2:
+        raise ValueError(f"seeds_needed needs at least 2 differences, got {d.size}")
+    mean, sd = abs(float(d.mean())), float(d.std(ddof=1))
+    if mean == 0:
+        return None
+    for seeds in range(2, most + 1):
+        if student_t_quantile((1 + confidence) / 2, seeds - 1) * sd / math.sqrt(seeds) < mean:
+            return seeds
+    return None
+
+
 def problem_bootstrap_interval(
     per_problem: Sequence[float],
     confidence: float = CONFIDENCE,

@@ -142,6 +142,17 @@ def test_paired_seed_interval_by_hand() -> None:
         learning_stats.paired_seed_interval([1.0])
 
 
+def test_seeds_needed_is_the_fewest_seeds_whose_t_interval_excludes_zero() -> None:
+    # mean 2, sd sqrt 2: t sd / sqrt S is 12.71, 3.51, 2.25 at S = 2, 3, 4 and 1.76 at S = 5
+    assert learning_stats.seeds_needed([1.0, 3.0]) == 5
+    assert learning_stats.seeds_needed([-1.0, -3.0]) == 5  # the sign does not matter
+    assert learning_stats.seeds_needed([0.5, 0.5]) == 2  # no spread: two seeds suffice
+    assert learning_stats.seeds_needed([1.0, -1.0]) is None  # mean zero
+    assert learning_stats.seeds_needed([0.01, -0.009], most=50) is None  # beyond `most`
+    with pytest.raises(ValueError, match="at least 2"):
+        learning_stats.seeds_needed([1.0])
+
+
 def test_problem_bootstrap_interval_by_hand() -> None:
     # Two problems with differences 0 and 1: a resampled mean is 0, 0.5 or 1 with probability
     # 1/4, 1/2, 1/4, so the 2.5 % and 97.5 % quantiles are 0 and 1.
