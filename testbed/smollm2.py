@@ -1,17 +1,18 @@
 """The methods on a real model: GRPO, AMIR-GRPO, LENS and AMIR-GRPO + LENS on
-configs/smollm2_arith.yaml (SmolLM2-135M-Instruct + LoRA 16/16, two-step arithmetic, 40 steps
-of 4 questions x 8 completions), over seeds, compared on the preset's 100 held-out problems.
+configs/smollm2_arith.yaml (SmolLM2-135M-Instruct + LoRA 16/16, one operation on one-digit
+numbers, 40 steps of 4 questions x 8 completions), over seeds, compared on the preset's held-out
+questions (its task's whole test split, 28 questions x 16 samples).
 
 Every run is the preset with the method's overrides (`METHODS`) and `train.seed`; each
 evaluates its policy before its first step and after its last on the same problems, so the
 final accuracies are paired with GRPO's over seeds and over problems (testbed/stats.py), and
 each run's gain is paired with its own step 0. Runs go one at a time, seed-major, so a stopped
 bench has whole seeds first; the same command resumes it (testbed/runs.py). Training runs in
-.venv-vllm (vLLM rollouts) where scripts/setup_vllm.sh made it, else in this Python. 19 to 33
+.venv-vllm (vLLM rollouts) where scripts/setup_vllm.sh made it, else in this Python. 6 to 9
 minutes a run on 2 cores with vLLM, held-out evaluations included (docs/guides/train.md, "A
 real model: SmolLM2 on arithmetic").
 
-    python -m testbed.smollm2                      # seeds 0, 1 and 2 (12 runs, 4 to 6 hours)
+    python -m testbed.smollm2                      # seeds 0, 1 and 2 (12 runs, about 1.5 hours)
     python -m testbed.smollm2 --seeds 3            # a fourth seed (4 more runs)
     python -m testbed.smollm2 --seeds 2 --methods GRPO "AMIR-GRPO + LENS"   # some of them
     python -m testbed.smollm2 --report-only        # the results of the runs so far
@@ -35,7 +36,7 @@ import numpy as np
 from groupwise.report.summary import signed_points
 
 from . import runs
-from .stats import difference_to_reference
+from .stats import difference_to_reference, seeds_needed
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "configs" / "smollm2_arith.yaml"
@@ -118,6 +119,29 @@ def mechanisms(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def run_config(folder: Path) -> dict[str, Any]:
+    """The config a run trained with (its config.yaml), as a dict; the preset's where the
+    folder has none (run folders written by hand)."""
+    from groupwise.train.config_file import config_to_dict, load_config
+
+    saved = folder / "config.yaml"
+    return config_to_dict(load_config(saved if saved.is_file() else CONFIG))
+
+
+def settings(config: dict[str, Any]) -> str:
+    """The settings a results page names, from a run's config dict."""
+    lora = "LoRA 16/16" if config["model"]["lora"] else "full fine-tuning"
+    rollout, data = config["rollout"], config["data"]
+    return (
+        f"{lora}, lr {config['optim']['lr']:g} ({config['optim']['schedule']}), "
+        f"{config['train']['max_steps']} steps of {rollout['questions_per_step']} questions x "
+        f"{rollout['group_size']} completions of at most {rollout['max_new_tokens']} tokens at "
+        f"temperature {rollout['temperature']}, prompt `{data['prompt']}`, "
+        f"{data['options'].get('size', 'all')} training questions, aggregation "
+        f"`{config['algorithm']['aggregation']}`, 1/0 correctness"
+    )
+
+
 def report(args: argparse.Namespace) -> dict[str, Any]:
     """The table, the figure and the JSON of the runs complete so far: each method over its
     complete seeds, its difference to GRPO over the seeds both have (none without a GRPO run).
@@ -128,7 +152,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     if not complete[REFERENCE]:
         print(f"no {REFERENCE} run is complete yet: nothing to compare with")
         return {}
-    results: dict[str, Any] = {"seeds": args.seeds, "methods": {}}
+    first_grpo = run_dir(args.output, REFERENCE, min(complete[REFERENCE]))
+    results: dict[str, Any] = {"seeds": args.seeds, "config": run_config(first_grpo), "methods": {}}
     for method, by_seed in complete.items():
         if by_seed:
             results["methods"][method] = method_results(method, by_seed, complete[REFERENCE])
@@ -158,16 +183,28 @@ def method_results(
     paired = [seed for seed in by_seed if seed in reference]
     if method != REFERENCE and paired:
         entry["paired_seeds"] = paired
-        entry["difference"] = difference_to_reference(
-            np.array([by_seed[seed]["per_problem"] for seed in paired]),
-            np.array([reference[seed]["per_problem"] for seed in paired]),
-        )
+        mine_paired = np.array([by_seed[seed]["per_problem"] for seed in paired])
+        reference_paired = np.array([reference[seed]["per_problem"] for seed in paired])
+        entry["difference"] = difference_to_reference(mine_paired, reference_paired)
+        if len(paired) >= 2:
+            per_seed = (mine_paired - reference_paired).mean(axis=1)
+            entry["seeds_needed"] = seeds_needed(per_seed)
     return entry
 
 
 def _interval(low: float, high: float) -> str:
     """A 95 % interval in points, or a dash where there is none (one seed)."""
     return "–" if np.isnan(low) else f"[{signed_points(low)}, {signed_points(high)}]"
+
+
+def _seeds_needed(entry: dict[str, Any]) -> str:
+    """The seeds a difference of the measured mean and sd would need, or why none is given."""
+    if "seeds_needed" not in entry:
+        return "–"
+    needed = entry["seeds_needed"]
+    if needed is not None:
+        return str(needed)
+    return "none: Δ is 0" if entry["difference"]["mean"] == 0 else "over 1000"
 
 
 def _gain(d: dict[str, float]) -> str:
@@ -179,8 +216,12 @@ def _gain(d: dict[str, float]) -> str:
 def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
     """The results page: settings, the table of accuracies, the mechanisms, the command."""
     seeds = results["seeds"]
+    config = results["config"]
+    task = config["data"]["heldout"]["options"]
+    operations = f"{task['ops']} operation{'s' if task['ops'] > 1 else ''}"
     lines = [
-        "# The methods on SmolLM2-135M-Instruct: two-step arithmetic, 40 steps",
+        f"# The methods on SmolLM2-135M-Instruct: arithmetic of {operations}, "
+        f"{config['train']['max_steps']} steps",
         "",
         f"- written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by "
         "`testbed/smollm2.py`; machine: 2 cores, runs one at a time, trained in "
@@ -193,16 +234,17 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
             else f"{method} none yet"
             for method in METHODS
         ),
-        "- every run: configs/smollm2_arith.yaml (LoRA 16/16, lr 5e-4, 40 steps of 4 questions "
-        "x 8 completions of at most 128 tokens at temperature 0.7, 1/0 correctness) with the "
-        "method's overrides and `train.seed`",
-        "- held-out: 100 `arith` test problems (2 operations, expression form), 4 samples each "
-        "at temperature 0.7, before the first step and after the last; accuracy = fraction of "
-        "samples correct (pass@1)",
+        f"- every run: configs/smollm2_arith.yaml as GRPO's first run read it ({settings(config)}) "
+        "with the method's overrides and `train.seed`",
+        f"- held-out: {task['size']} `arith` test problems ({operations}, {task['form']} form), "
+        f"{config['train']['eval_samples']} samples each at temperature "
+        f"{config['rollout']['temperature']}, before the first step and after the last; "
+        "accuracy = fraction of samples correct (pass@1)",
         "",
         "| method | seeds | before (%) | after (%) | gain per seed (points) "
-        "| Δ to GRPO per seed | Δ to GRPO, mean | 95 % over seeds | 95 % over problems |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Δ to GRPO per seed | Δ to GRPO, mean | 95 % over seeds | 95 % over problems "
+        "| seeds for the interval over seeds to exclude 0 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     grpo = results["methods"][REFERENCE]
     grpo_after = dict(zip(grpo["seeds"], grpo["final_accuracy"], strict=True))
@@ -223,10 +265,11 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
             row += (
                 f" {per_seed} | {f'**{mean}**' if d['distinguishable'] else mean} | "
                 f"{_interval(d['seed_low'], d['seed_high'])} | "
-                f"{_interval(d['problem_low'], d['problem_high'])} |"
+                f"{_interval(d['problem_low'], d['problem_high'])} | "
+                f"{_seeds_needed(entry)} |"
             )
         else:
-            row += " – | – | – | – |"
+            row += " – | – | – | – | – |"
         lines.append(row)
     lines += [
         "",
@@ -235,7 +278,9 @@ def markdown(args: argparse.Namespace, results: dict[str, Any]) -> str:
         "at the same seed; its mean over the seeds both have run, with the 95 % t-interval over "
         "those seeds (two or more; with two, t has one degree of freedom and the interval is "
         "wide) and the 95 % bootstrap interval over problems of the per-problem differences "
-        "averaged over seeds. **Bold**: every interval of that number excludes zero.",
+        "averaged over seeds. **Bold**: every interval of that number excludes zero. Seeds "
+        "for the interval over seeds to exclude 0: the fewest seeds at which a t interval of "
+        "the mean and sd measured would (testbed/stats.py, seeds_needed; a planning number).",
         "",
         "| method | mixed groups | all-wrong groups | with an all-wrong gradient | pairs per "
         "group | lambda first -> last | completion tokens, first 5 -> last 5 steps, per seed "
@@ -286,9 +331,13 @@ def figure(results: dict[str, Any], path: Path) -> None:
         curve = np.mean(entry["training_accuracy"], axis=0)
         smooth = np.convolve(curve, np.ones(5) / 5, mode="valid")
         right.plot(np.arange(5, len(curve) + 1), 100 * smooth, color=color, label=method)
-    left.set_xticks([0, 1], ["before", "after 40 steps"])
+    config = results["config"]
+    left.set_xticks([0, 1], ["before", f"after {config['train']['max_steps']} steps"])
     left.set_ylabel("held-out accuracy (%)")
-    left.set_title("100 held-out problems x 4 samples, one line per seed")
+    left.set_title(
+        f"{config['data']['heldout']['options']['size']} held-out problems x "
+        f"{config['train']['eval_samples']} samples, one line per seed"
+    )
     right.set_xlabel("step")
     right.set_ylabel("training accuracy (%), mean of 5 steps")
     right.set_title("training groups")

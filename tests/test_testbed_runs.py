@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from groupwise.train.config_file import load_config, save_config
 from testbed import runs, smollm2
 
 # Stands in for `groupwise train`: logs its last argument (--resume / --overwrite), then fails
@@ -117,6 +118,9 @@ def test_smollm2_report_pairs_each_method_with_grpo_over_seeds_and_problems(
         for seed, final in enumerate(per_seed):
             lambdas = [0.01, 0.008, 0.006, 0.005, 0.005, 0.005] if "AMIR" in method else None
             write_run(smollm2.run_dir(tmp_path, method, seed), before, final, accuracy, lambdas)
+    # the page names the settings GRPO's first run saved, not the preset's of today
+    saved = load_config(smollm2.CONFIG, ["train.eval_samples=4", "data.heldout.options.size=4"])
+    save_config(saved, smollm2.run_dir(tmp_path, "GRPO", 0) / "config.yaml")
     args = smollm2._parser().parse_args(
         ["--output", str(tmp_path), "--report-only", "--seeds", "0", "1"]
     )
@@ -150,10 +154,18 @@ def test_smollm2_report_pairs_each_method_with_grpo_over_seeds_and_problems(
     # intervals over seeds and over problems
     seeds_interval = f"[{100 * (3 / 32 - half):+.1f}, {100 * (3 / 32 + half):+.1f}]"
     assert f"| +6.2, +12.5 | +9.4 | {seeds_interval} | [+0.0, " in page
+    # per-seed differences 1/16 and 2/16 (sd 0.0442): t sd / sqrt S is 0.110 at S = 3, 0.070 at
+    # S = 4, the first below the mean 3/32 = 0.094
+    assert amir["seeds_needed"] == 4 and page.count(" | 4 |\n") == 1
+    assert "| none: Δ is 0 |" in page  # LENS equals GRPO
     assert (
         "| AMIR-GRPO | 50 % | 12 % | 0 % | 3.50 | 0.0100 -> 0.0050 | 97 -> 96; 97 -> 96 "
         "| 10 -> 0 %; 10 -> 0 % | 3.0 |" in page
     )
+    held_out = saved.data.heldout["options"]
+    assert f"- held-out: 4 `arith` test problems ({held_out['ops']} operation" in page
+    assert f"{held_out['form']} form), 4 samples each at temperature" in page
+    assert f"prompt `{saved.data.prompt}`" in page
     assert (tmp_path / "smollm2_methods.png").stat().st_size > 0
     assert json.loads((tmp_path / "smollm2_methods.json").read_text())["seeds"] == [0, 1]
 
