@@ -2,9 +2,9 @@
 Per run folder and window of steps: the share of training completions cut at
 rollout.max_new_tokens, how often the cut and the finished ones were graded correct, and the mean
 length in characters of the right and of the wrong ones (docs/guides/train.md, "What was tried
-for seeds 1 and 2"). The grading is the run's own (RUN/rollouts.jsonl's `correct`): where a
-completion has no box, `groupwise` checking reads its last number, so a cut completion can be
-right.
+for a preset that learns at every seed"). The grading is the run's own (RUN/rollouts.jsonl's
+`correct`): where a completion has no box, `groupwise` checking reads its last number, so a cut
+completion can be right.
 
     python -m testbed.cut_completions runs/smollm2_arith_seed1 --window 10
 """
