@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from groupwise.train.precision import BFLOAT16_CPU_FLAGS, cpu_flags
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"
 # Every bench reads the shipped data beside the repository and never reaches for the hub.
@@ -33,16 +35,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def memory_gib() -> float | None:
@@ -69,7 +61,8 @@ def machine() -> str:
     import transformers
 
     parts = [f"{cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"]
-    parts.append("avx512_bf16" if "avx512_bf16" in cpu_flags() else "no avx512_bf16")
+    units = sorted(set(BFLOAT16_CPU_FLAGS) & cpu_flags())
+    parts.append(", ".join(units) if units else "no avx512_bf16 or amx_bf16")
     mem = memory_gib()
     if mem is not None:
         parts.append(f"{mem:.0f} GiB RAM")

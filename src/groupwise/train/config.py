@@ -181,10 +181,13 @@ class RolloutConfig:
         Costs one more copy of the weights (in rollout.dtype); false = decode through the
         training model.""",
     )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = option(
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "precision"] = option(
         "auto",
-        """Weights dtype of the inference copy; auto = model.dtype. bfloat16 halves the weight
-        traffic of decoding (CPUs with avx512_bf16, GPUs) while training stays in model.dtype.""",
+        """Weights dtype of the sampler (the inference copy, or vLLM's); auto = model.dtype.
+        bfloat16 halves the weight traffic of decoding (CPUs with AMX or avx512_bf16, GPUs)
+        while training stays in model.dtype; precision = bfloat16 where train.precision
+        resolves to bfloat16, else auto (resolved when the run starts; config.yaml records
+        it).""",
     )
     engine: Literal["transformers", "vllm", "auto"] = option(
         "transformers",
@@ -496,13 +499,14 @@ class TrainConfig:
         only: the update is the same for any value.""",
         ge=1,
     )
-    precision: Literal["float32", "bfloat16"] = option(
+    precision: Literal["float32", "bfloat16", "auto"] = option(
         "float32",
         """The training passes' precision: float32 | bfloat16 (torch.autocast: the matmuls in
         bfloat16, on CPUs with AMX or avx512_bf16 and on GPUs; the weights, LoRA adapters and
         optimizer state stay in model.dtype, which must be float32, and the log-softmax of the
-        sampled tokens and the loss reductions in float32). docs/guides/train.md, "Mixed
-        precision".""",
+        sampled tokens and the loss reductions in float32) | auto (bfloat16 where the device
+        multiplies it in hardware and model.dtype is float32, else float32; resolved when the
+        run starts, config.yaml records it). docs/guides/train.md, "Mixed precision".""",
     )
     seed: int = option(
         0,

@@ -3,10 +3,11 @@ a run (`groupwise train`, the testbed, the benches), before any model or data lo
 a config file is read, so a run's config.yaml loads anywhere.
 
 `preflight` imports reward.plugins, checks the names the config gives in the registries they
-extend (train.config_checks.check_names), resolves rollout.engine=auto, and checks the device,
-the installed engine and logger packages, and the processes of the launch (WORLD_SIZE). A
-refusal is one line naming the key; `load_run_config` blames it on the file or the override,
-as loading does (train.config_file).
+extend (train.config_checks.check_names), resolves rollout.engine=auto, train.precision=auto and
+rollout.dtype=precision (train.precision), and checks the device, the installed engine and
+logger packages, and the processes of the launch (WORLD_SIZE). A refusal is one line naming the
+key; `load_run_config` blames it on the file or the override, as loading does
+(train.config_file).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from groupwise.train.config_checks import (
 )
 from groupwise.train.config_file import load_config
 from groupwise.train.distributed import processes_from_environment
+from groupwise.train.precision import resolved_precision
 from groupwise.train.report_to import check_report_to
 
 
@@ -38,8 +40,9 @@ def load_run_config(path: str | Path | None, overrides: Sequence[str] = ()) -> C
 
 
 def preflight(config: Config) -> Config:
-    """`config` ready to run here, with rollout.engine=auto resolved (`installed_engine`);
-    ConfigError naming the key of the first thing this machine or process cannot give."""
+    """`config` ready to run here, with rollout.engine=auto resolved (`installed_engine`) and
+    train.precision=auto and rollout.dtype=precision (train.precision); ConfigError naming the
+    key of the first thing this machine or process cannot give."""
     for module in config.reward.plugins:
         try:
             importlib.import_module(module)
@@ -55,7 +58,7 @@ def preflight(config: Config) -> Config:
     _check_engine(rollout.engine, processes)
     check_report_to(config.train.report_to)
     _check_device(config.model.device)
-    return dataclasses.replace(config, rollout=rollout)
+    return resolved_precision(dataclasses.replace(config, rollout=rollout))
 
 
 def _resolved_auto_engine(rollout: RolloutConfig) -> RolloutConfig:

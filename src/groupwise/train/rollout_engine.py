@@ -18,11 +18,13 @@ def build_generator(
     config: Config, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 ) -> Generator:
     """The generator `config.rollout` asks for, sampling from `model` (the policy); the config
-    is one train.preflight returned (rollout.engine=auto resolved)."""
+    is one train.preflight returned (rollout.engine=auto and rollout.dtype=precision
+    resolved)."""
     rollout = config.rollout
-    if rollout.engine == "auto":
+    if rollout.engine == "auto" or rollout.dtype == "precision":
         raise ValueError(
-            "rollout.engine=auto is resolved when a run starts: build from the config that "
+            f"rollout.engine={rollout.engine}, rollout.dtype={rollout.dtype}: engine auto and "
+            "dtype precision are resolved when a run starts: build from the config that "
             "groupwise.train.preflight.preflight returns"
         )
     if rollout.engine == "vllm":

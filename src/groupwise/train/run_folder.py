@@ -392,6 +392,7 @@ def _check_unchanged(saved: dict[str, Any], config: Config, where: Path) -> None
     changed = [
         f"{key}: {before.get(key, defaults[key])!r} -> {value!r}"
         + (engine_note(before.get(key, defaults[key]), value) if key == "rollout.engine" else "")
+        + (PRECISION_NOTE if key in ("train.precision", "rollout.dtype") else "")
         for key, value in now.items()
         if key not in RESUMABLE_CHANGES and before.get(key, defaults[key]) != value
     ]
@@ -402,6 +403,14 @@ def _check_unchanged(saved: dict[str, Any], config: Config, where: Path) -> None
             + f". A resumed run may change only {', '.join(RESUMABLE_CHANGES)}; to change the "
             "others, start a new run (another train.output_dir, or --overwrite)"
         )
+
+
+PRECISION_NOTE = (
+    " (where the config says train.precision: auto or rollout.dtype: precision, it is "
+    "bfloat16 on a machine that multiplies bfloat16 in hardware, else float32 and auto: resume "
+    "with the run's value given explicitly)"
+)
+"""Why a precision may differ on resume: train.precision.resolved_precision."""
 
 
 def engine_note(started: str, now: str) -> str:

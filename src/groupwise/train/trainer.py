@@ -65,6 +65,7 @@ from groupwise.train.memory_budget import (
 )
 from groupwise.train.metrics_log import JsonlLog, MetricsLog
 from groupwise.train.policy import PolicyLogprobs, load_trainable_policy
+from groupwise.train.precision import autocast_dtype
 from groupwise.train.progress import ProgressLine
 from groupwise.train.rollout_engine import build_generator, engine_record
 from groupwise.train.run_folder import RunFolder
@@ -185,7 +186,7 @@ class Trainer:
             cfg.rollout.group_size,
             cfg.rollout.temperature,
             reference=algorithm.needs_reference,
-            autocast=torch.bfloat16 if cfg.train.precision == "bfloat16" else None,
+            autocast=autocast_dtype(cfg.train.precision),
         )
         return Learner(
             _learn_settings(cfg), algorithm, targets, self.passes, self.updater, self.dist
