@@ -9,10 +9,10 @@ final accuracies are paired with GRPO's over seeds and over problems (testbed/st
 each run's gain is paired with its own step 0. Runs go one at a time, seed-major, so a stopped
 bench has whole seeds first; the same command resumes it (testbed/runs.py). Training runs in
 .venv-vllm (vLLM rollouts) where scripts/setup_vllm.sh made it, else in this Python. 6 to 9
-minutes a run on 2 cores with vLLM, held-out evaluations included (docs/guides/train.md, "A
-real model: SmolLM2 on arithmetic").
+minutes a run on 2 cores with avx512_bf16 and vLLM, 20 to 22 on 2 AVX2 cores (float32),
+held-out evaluations included (docs/guides/train.md, "A real model: SmolLM2 on arithmetic").
 
-    python -m testbed.smollm2                      # seeds 0, 1 and 2 (12 runs, about 1.5 hours)
+    python -m testbed.smollm2                      # seeds 0, 1 and 2 (12 runs, 1.5 to 4.5 hours)
     python -m testbed.smollm2 --seeds 3            # a fourth seed (4 more runs)
     python -m testbed.smollm2 --seeds 2 --methods GRPO "AMIR-GRPO + LENS"   # some of them
     python -m testbed.smollm2 --report-only        # the results of the runs so far

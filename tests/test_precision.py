@@ -90,7 +90,7 @@ def test_bfloat16_is_native_on_cpus_with_amx_or_avx512_bf16_only(tmp_path: Path)
     assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512f", "amx_bf16", "amx_tile"}
     assert cpu_flags(tmp_path / "absent") == set()
     assert native_bfloat16("cpu", {"avx512_bf16"}) and native_bfloat16("cpu", {"amx_bf16"})
-    # AVX2 and AVX512 without BF16 run bfloat16 matmuls through a reference loop
+    # no bfloat16 units: AVX2 (100x slower in bfloat16, bench/matmul_dtype.py), AVX512 without BF16
     assert not native_bfloat16("cpu", {"avx2", "fma"})
     assert not native_bfloat16("cpu", {"avx512f", "avx512bw"})
     assert not native_bfloat16("mps", {"avx512_bf16"})  # not measured there: float32
