@@ -30,6 +30,13 @@ import torch.distributed as dist
 _BUCKET_ELEMENTS = 1 << 26
 
 
+def requested_device(requested: str) -> str:
+    """model.device with "auto" made a device type: "cuda" where a GPU is there, else "cpu"."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
 def processes_from_environment() -> int:
     """The number of processes of this run, as torchrun / accelerate set it (WORLD_SIZE)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -69,8 +76,7 @@ class Distributed:
     def device(self, requested: str) -> str:
         """The torch device of this process: "auto" and "cuda" mean this process's GPU
         (cuda:LOCAL_RANK) when GPUs are there; anything else as given."""
-        if requested == "auto":
-            requested = "cuda" if torch.cuda.is_available() else "cpu"
+        requested = requested_device(requested)
         if requested == "cuda" and self.world_size > 1:
             return f"cuda:{self.local_rank}"
         return requested

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from groupwise.train.config import Config
+from groupwise.train.distributed import requested_device
 
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 """The /proc/cpuinfo flags of x86 units that multiply bfloat16 (AVX512-BF16, AMX)."""
@@ -47,13 +48,6 @@ def native_bfloat16(device: str, flags: set[str] | None = None) -> bool:
     return False
 
 
-def run_device(requested: str) -> str:
-    """model.device as the run resolves it: "auto" is a GPU where there is one, else the CPU."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return requested
-
-
 def resolved_precision(config: Config, native: bool | None = None) -> Config:
     """`config` with train.precision=auto and rollout.dtype=precision made explicit: bfloat16
     where the run's device multiplies it natively (`native`: `native_bfloat16` of
@@ -63,7 +57,7 @@ def resolved_precision(config: Config, native: bool | None = None) -> Config:
     if train.precision != "auto" and rollout.dtype != "precision":
         return config
     if native is None:
-        native = native_bfloat16(run_device(config.model.device))
+        native = native_bfloat16(requested_device(config.model.device))
     fast = "bfloat16" if native and config.model.dtype == "float32" else "float32"
     if train.precision == "auto":
         train = dataclasses.replace(train, precision=fast)
